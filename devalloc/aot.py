@@ -1,0 +1,155 @@
+"""Ahead-of-time compilation of kernels that use devalloc, with or without a GPU.
+
+``numba.cuda.compile_ptx`` compiles a kernel for a given compute capability
+without a driver, but a kernel that calls an ordinary device function (such
+as ``devalloc.alloc``) or an ``@overload`` makes Numba ask the *current
+device* for its compute capability, which fails on a machine with no GPU or
+driver. :func:`compile_ptx` installs a documented stand-in for that query,
+answering with the requested ``cc``, for the duration of the compilation.
+
+:func:`ptxas` and :func:`sass` assemble and disassemble the PTX with the
+tools from the ``nvidia-cuda-nvcc`` and ``nvidia-cuda-nvdisasm`` wheels (the
+system ``ptxas`` is usually older than the PTX that current NVVM emits) and
+report registers, spill bytes and SASS instruction counts.
+"""
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from numba import cuda
+
+
+class _DeviceStandIn:
+    """What Numba reads from the current device while compiling: its cc."""
+
+    def __init__(self, cc):
+        self.compute_capability = tuple(cc)
+
+
+@contextlib.contextmanager
+def assume_device(cc):
+    """Make Numba's compiler see a current device of compute capability ``cc``.
+
+    Patches ``get_current_device`` in the two numba-cuda modules that call
+    it while compiling (``numba.cuda.dispatcher``, ``numba.cuda.compiler``)
+    and restores them on exit. Only for compilation: nothing is launched.
+    """
+    from numba.cuda import compiler as _compiler
+    from numba.cuda import dispatcher as _dispatcher
+
+    stand_in = _DeviceStandIn(cc)
+    saved = [(m, m.get_current_device) for m in (_dispatcher, _compiler)]
+    try:
+        for module, _ in saved:
+            module.get_current_device = lambda: stand_in
+        yield stand_in
+    finally:
+        for module, original in saved:
+            module.get_current_device = original
+
+
+def compile_ptx(pyfunc, sig, cc=(9, 0), **kwargs):
+    """Compile kernel ``pyfunc`` for ``sig`` to PTX for compute capability ``cc``.
+
+    Works without a GPU. Pass ``devalloc.ctx_type`` in ``sig`` for a heap
+    context argument. Returns ``(ptx, resty)`` like ``numba.cuda.compile_ptx``.
+    """
+    func = getattr(pyfunc, "py_func", pyfunc)
+    with assume_device(cc):
+        return cuda.compile_ptx(func, sig, cc=tuple(cc), **kwargs)
+
+
+def _wheel_bin(tool):
+    """Return the path of ``tool`` from the NVIDIA wheels, or None."""
+    for root in sys.path:
+        for sub in ("nvidia/cu13/bin", "nvidia/cuda_nvcc/bin", "nvidia/cu12/bin"):
+            cand = Path(root) / sub / tool
+            if cand.is_file():
+                return str(cand)
+    return None
+
+
+def tool_path(tool):
+    """Return the path of ``ptxas`` or ``nvdisasm``, preferring the wheels.
+
+    ``DEVALLOC_PTXAS`` / ``DEVALLOC_NVDISASM`` override. Raises FileNotFoundError
+    naming the wheel to install when the tool cannot be found.
+    """
+    env = os.environ.get("DEVALLOC_" + tool.upper())
+    if env:
+        return env
+    found = _wheel_bin(tool)
+    if found:
+        return found
+    wheel = "nvidia-cuda-nvcc" if tool == "ptxas" else "nvidia-cuda-nvdisasm"
+    raise FileNotFoundError(
+        f"{tool} not found: install the {wheel} wheel (pip install "
+        f"'devalloc[test]') or set DEVALLOC_{tool.upper()}"
+    )
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What ``ptxas -v`` and ``nvdisasm`` say about one kernel."""
+
+    arch: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    sass_instructions: int
+    sass_atomics: int
+
+    @property
+    def spill_bytes(self):
+        return self.spill_stores + self.spill_loads
+
+
+_REG = re.compile(r"Used (\d+) registers")
+_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_INSN = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
+
+
+def assemble(ptx, cc=(9, 0)):
+    """Assemble ``ptx`` with ptxas -v and disassemble it; return :class:`Resources`.
+
+    Counts SASS instructions and global/generic atomic instructions (ATOM,
+    ATOMG, RED, REDG) of the kernel. Raises RuntimeError with ptxas's
+    message if assembly fails.
+    """
+    arch = f"sm_{cc[0]}{cc[1]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        out = Path(tmp) / "k.cubin"
+        src.write_text(ptx)
+        res = subprocess.run(
+            [tool_path("ptxas"), "-v", f"-arch={arch}", str(src), "-o", str(out)],
+            capture_output=True, text=True,
+        )
+        if res.returncode:
+            raise RuntimeError(f"ptxas failed for {arch}:\n{res.stderr}")
+        info = res.stderr
+        dis = subprocess.run(
+            [tool_path("nvdisasm"), "-c", str(out)], capture_output=True, text=True
+        )
+        if dis.returncode:
+            raise RuntimeError(f"nvdisasm failed for {arch}:\n{dis.stderr}")
+    regs = _REG.search(info)
+    spill = _SPILL.search(info)
+    ops = [m.group(2) for m in _INSN.finditer(dis.stdout)]
+    atomics = [o for o in ops if o.split(".")[0] in ("ATOM", "ATOMG", "RED", "REDG")]
+    return Resources(
+        arch=arch,
+        registers=int(regs.group(1)) if regs else 0,
+        stack_bytes=int(spill.group(1)) if spill else 0,
+        spill_stores=int(spill.group(2)) if spill else 0,
+        spill_loads=int(spill.group(3)) if spill else 0,
+        sass_instructions=len(ops),
+        sass_atomics=len(atomics),
+    )

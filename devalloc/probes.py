@@ -1,0 +1,163 @@
+"""Probe kernels: what devalloc costs in registers, spills and SASS, no GPU needed.
+
+``python -m devalloc.probes [--cc 75 90] [--json]`` compiles user-style
+kernels with :func:`devalloc.aot.compile_ptx`, assembles them with ``ptxas
+-v`` and disassembles them with ``nvdisasm``, and prints registers, spill
+bytes, SASS instructions and atomic instructions per kernel, with the
+difference to the empty kernel. The test suite and ``bench/`` both use it.
+
+Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset).
+"""
+
+import argparse
+import json
+import sys
+
+import numpy as np
+from numba import cuda, types
+
+import devalloc
+from devalloc import aot
+
+
+def k_empty(ctx, n, out):
+    """Floor of floors: a kernel that stores one value."""
+    out[cuda.grid(1)] = n
+
+
+def k_bump(ctx, n, out):
+    """The hand-written floor: one ``cuda.atomic.add`` bump per thread."""
+    out[cuda.grid(1)] = cuda.atomic.add(ctx.meta, 0, n)
+
+
+def k_alloc(ctx, n, out):
+    """One ``alloc`` per thread, offset stored."""
+    out[cuda.grid(1)] = devalloc.alloc(ctx, n)
+
+
+def k_alloc_view_free(ctx, n, out):
+    """``alloc``, write through ``view``, ``free``: the typical scratch use."""
+    i = cuda.grid(1)
+    off = devalloc.alloc(ctx, n)
+    if off != devalloc.NULL:
+        a = devalloc.view(ctx, off, n // 4, np.float32)
+        for j in range(a.shape[0]):
+            a[j] = j
+        out[i] = a[0]
+        devalloc.free(ctx, off)
+
+
+def k_free(ctx, n, out):
+    """One ``free`` per thread."""
+    devalloc.free(ctx, out[cuda.grid(1)])
+
+
+def k_conditional(ctx, n, out):
+    """Divergent use: only odd threads allocate, of a per-thread size."""
+    i = cuda.grid(1)
+    if i % 2 == 1:
+        off = devalloc.alloc(ctx, n + i)
+        if off != devalloc.NULL:
+            v = devalloc.view(ctx, off, 2, np.int64)
+            v[0] = i
+            out[i] = v[0]
+            devalloc.free(ctx, off)
+
+
+PROBES = {
+    "empty": k_empty,
+    "bump": k_bump,
+    "alloc": k_alloc,
+    "free": k_free,
+    "alloc_view_free": k_alloc_view_free,
+    "conditional": k_conditional,
+}
+
+SIG = (devalloc.ctx_type, types.int64, types.int64[::1])
+
+
+def measure(ccs=((7, 5), (9, 0)), probes=None):
+    """Return one dict per (probe, cc) with the :class:`aot.Resources` figures."""
+    rows = []
+    for cc in ccs:
+        base = None
+        for name, fn in (probes or PROBES).items():
+            ptx, _ = aot.compile_ptx(fn, SIG, cc=cc)
+            r = aot.assemble(ptx, cc)
+            row = {"kernel": name, "arch": r.arch, "registers": r.registers,
+                   "spill_bytes": r.spill_bytes, "stack_bytes": r.stack_bytes,
+                   "sass_instructions": r.sass_instructions,
+                   "sass_atomics": r.sass_atomics}
+            if name == "empty":
+                base = r
+            if base is not None:
+                row["extra_instructions"] = r.sass_instructions - base.sass_instructions
+            rows.append(row)
+    return rows
+
+
+def check_traps():
+    """Return the two compile traps, as observed now (see tests/test_compile.py).
+
+    * ``device_call_needs_device``: compiling a kernel that calls a device
+      function with plain ``cuda.compile_ptx`` fails when there is no driver
+      (None when a driver is present, so the trap cannot be observed).
+    * ``return_created_array_rejected``: a device function that returns an
+      array it created does not compile.
+    """
+    out = {}
+
+    @cuda.jit(device=True)
+    def fresh(x):  # never compiled before, so Numba must ask for the device
+        return x + 1
+
+    def k_call(ctx, n, out):
+        out[0] = fresh(n)
+
+    try:
+        cuda.compile_ptx(k_call, SIG, cc=(9, 0))
+        out["device_call_needs_device"] = None
+    except Exception as e:  # CudaSupportError without a driver
+        out["device_call_needs_device"] = type(e).__name__
+
+    @cuda.jit(device=True)
+    def make(ctx):
+        return ctx.arena[0:16].view(np.int32)
+
+    def k(ctx, n, out):
+        out[0] = make(ctx)[0]
+
+    try:
+        aot.compile_ptx(k, SIG, cc=(9, 0))
+        out["return_created_array_rejected"] = False
+    except Exception as e:
+        out["return_created_array_rejected"] = "Only accept returning of array" in str(e)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m devalloc.probes", description=__doc__.split("\n")[0])
+    p.add_argument("--cc", nargs="+", default=["75", "90"], help="compute capabilities, e.g. 75 80 90")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--traps", action="store_true", help="also report the compile traps")
+    a = p.parse_args(argv)
+    ccs = [(int(c[:-1]), int(c[-1])) for c in a.cc]
+    rows = measure(ccs)
+    result = {"probes": rows}
+    if a.traps:
+        result["traps"] = check_traps()
+    if a.json:
+        json.dump(result, sys.stdout)
+        print()
+        return 0
+    cols = ["kernel", "arch", "registers", "spill_bytes", "sass_instructions", "sass_atomics", "extra_instructions"]
+    print("  ".join(f"{c:>17}" for c in cols))
+    for r in rows:
+        print("  ".join(f"{r.get(c, ''):>17}" for c in cols))
+    if a.traps:
+        print(result["traps"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

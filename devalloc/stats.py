@@ -1,0 +1,99 @@
+"""Usage statistics: computed on the host from a copy of the metadata.
+
+Pure NumPy over the ``int64`` metadata array; no device code. Every figure
+is exact when no kernel using the heap is running (``Heap.usage``
+synchronizes before copying).
+"""
+
+from dataclasses import dataclass, field, asdict
+
+import numpy as np
+
+from . import layout as L
+
+
+@dataclass(frozen=True)
+class ClassUsage:
+    """One size class: blocks live, slabs held, bytes wasted inside blocks."""
+
+    size: int
+    blocks_live: int
+    slabs: int
+    #: Bytes of the slabs held that no live block occupies.
+    slack_bytes: int
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A heap's usage since its last reset. All counts are exact.
+
+    ``in_use`` counts live blocks at the granularity reserved for them (the
+    size class of a small block, whole pages of a large one). ``reserved``
+    counts whole pages held by slabs and large blocks, and ``peak`` is the
+    high-water mark of ``reserved``: the capacity this epoch needed. Like
+    RMM's statistics, ``capacity - in_use`` does not say which request will
+    succeed: free space may be split across slabs and pages.
+    """
+
+    capacity: int
+    in_use: int
+    reserved: int
+    peak: int
+    allocs: int
+    frees: int
+    failed: int
+    invalid_frees: int
+    live_blocks: int
+    classes: dict = field(default_factory=dict, compare=False)
+
+    def to_dict(self):
+        """Return the usage as plain JSON-serialisable data."""
+        d = asdict(self)
+        d["classes"] = {int(k): asdict(v) for k, v in self.classes.items()}
+        return d
+
+
+def usage_from_meta(meta, npages):
+    """Return the :class:`Usage` described by metadata ``meta`` of ``npages``."""
+    meta = np.asarray(meta, dtype=np.int64)
+    state = meta[L.STATE_BASE:L.STATE_BASE + npages]
+    tag = state & L.TAG_MASK
+    n = (state >> L.N_SHIFT) & L.N_MASK
+    count = (state & L.COUNT_MASK) >> L.COUNT_SHIFT
+
+    heads = tag == L.TAG_HEAD
+    large_live = int(heads.sum())
+    large_bytes = int(n[heads].sum()) * L.PAGE
+
+    classes = {}
+    small_live = 0
+    small_bytes = 0
+    for c in range(L.NCLASSES):
+        slabs = tag == L.slab_tag(c)
+        nslabs = int(slabs.sum())
+        if not nslabs:
+            continue
+        size = L.class_size(c)
+        live = int(n[slabs].sum())
+        small_live += live
+        small_bytes += live * size
+        classes[size] = ClassUsage(size, live, nslabs, nslabs * L.PAGE - live * size)
+
+    reserved_pages = int((tag != L.TAG_FREE).sum())
+    live = small_live + large_live
+    allocs = int(count.sum()) + int(meta[L.H_ALLOC_FOLD]) - int(meta[L.H_ALLOC_UNDO])
+    stripes = [L.stripe_word(s, 0) for s in range(L.STRIPES)]
+    failed = int(sum(meta[w + L.S_FAILED] for w in stripes))
+    invalid = int(sum(meta[w + L.S_INVALID] for w in stripes))
+    return Usage(
+        capacity=npages * L.PAGE,
+        in_use=small_bytes + large_bytes,
+        reserved=reserved_pages * L.PAGE,
+        peak=int(meta[L.H_PEAK_PAGES]) * L.PAGE,
+        allocs=allocs,
+        frees=allocs - live,
+        failed=failed,
+        invalid_frees=invalid,
+        live_blocks=live,
+        classes=classes,
+    )
