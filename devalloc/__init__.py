@@ -3,21 +3,13 @@
 Host: ``Heap(capacity)``, ``heap.ctx``, ``heap.reset()``, ``heap.usage()``.
 Device (inside ``@cuda.jit`` kernels): ``alloc(ctx, nbytes)``,
 ``free(ctx, off)``, ``view(ctx, off, count, dtype)``; ``NULL`` on failure.
+
+Importing the package does not import numba: the public names load on first
+use (PEP 562), so that ``devalloc.target.choose()`` and ``python -m devalloc``
+can pick the GPU or the simulator before numba reads its configuration.
 """
 
-from numba import config as _config
-
-from . import _simshim
-from .device import alloc, free
-from .host import Ctx, Heap, ctx_type
-from .layout import ALIGN, NULL, PAGE
-from .stats import ClassUsage, Usage
-
-if _config.ENABLE_CUDASIM:
-    _simshim.install()
-    from ._intrinsics import view_simulated as view
-else:
-    from ._intrinsics import view
+import importlib
 
 __all__ = [
     "ALIGN",
@@ -32,3 +24,44 @@ __all__ = [
     "free",
     "view",
 ]
+
+_WHERE = {
+    "ALIGN": "layout",
+    "NULL": "layout",
+    "PAGE": "layout",
+    "alloc": "device",
+    "free": "device",
+    "Ctx": "host",
+    "Heap": "host",
+    "ctx_type": "host",
+    "ClassUsage": "stats",
+    "Usage": "stats",
+}
+
+
+def _view():
+    from numba import config
+
+    from . import _intrinsics
+
+    if config.ENABLE_CUDASIM:
+        return _intrinsics.view_simulated
+    return _intrinsics.view
+
+
+def __getattr__(name):
+    if name not in __all__:
+        raise AttributeError(f"module 'devalloc' has no attribute {name!r}")
+    from . import _simshim
+
+    _simshim.install()  # simulator only: one lock for every atomic kind
+    if name == "view":
+        value = _view()
+    else:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,1 @@
+"""User-facing example kernels: Monte-Carlo work with conditional, run-time-sized scratch."""

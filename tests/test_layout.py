@@ -1,0 +1,92 @@
+"""Pure layout arithmetic: exact numbers, no device."""
+
+import math
+
+import pytest
+
+from devalloc import layout as L
+
+
+def test_size_classes_exact_table():
+    sizes = [L.class_size(c) for c in range(L.NCLASSES)]
+    assert sizes == [
+        16, 32, 48, 64, 80, 96, 112, 128,
+        160, 192, 224, 256, 320, 384, 448, 512,
+        640, 768, 896, 1024, 1280, 1536, 1792, 2048,
+        2560, 3072, 3584, 4096, 5120, 6144, 7168, 8192,
+    ]
+
+
+def test_size_class_is_the_smallest_class_that_fits():
+    for n in range(1, L.MAX_SMALL + 1):
+        c = L.size_class(n)
+        assert 0 <= c < L.NCLASSES
+        assert L.class_size(c) >= n
+        assert c == 0 or L.class_size(c - 1) < n, n
+
+
+def test_class_boundaries():
+    assert [L.size_class(n) for n in (1, 16, 17, 128, 129, 160, 161, 256, 257, 4096, 4097, 8192)] == [
+        0, 0, 1, 7, 8, 8, 9, 11, 12, 27, 28, 31]
+
+
+def test_internal_fragmentation_at_most_25_percent_above_128():
+    for n in range(129, L.MAX_SMALL + 1):
+        assert L.class_size(L.size_class(n)) <= math.ceil(n * 1.25 / 16) * 16
+
+
+def test_every_class_is_aligned_and_fits_a_page():
+    for c in range(L.NCLASSES):
+        assert L.class_size(c) % L.ALIGN == 0
+        assert 2 <= L.class_blocks(c) <= L.MAX_SLAB_BLOCKS
+        assert L.class_words(c) <= L.BITMAP_WORDS
+
+
+def test_word_valid_masks_cover_exactly_the_blocks():
+    for c in range(L.NCLASSES):
+        bits = sum(bin(L.word_valid_mask(c, w)).count("1") for w in range(L.BITMAP_WORDS))
+        assert bits == L.class_blocks(c)
+        assert L.word_valid_mask(c, L.class_words(c)) == 0
+
+
+def test_floor_log2():
+    for x in list(range(1, 5000)) + [2**20 - 1, 2**20, 2**31, 2**32 - 1]:
+        assert L.floor_log2(x) == x.bit_length() - 1
+
+
+def test_pages_for():
+    assert [L.pages_for(n) for n in (8193, L.PAGE, L.PAGE + 1, 65536, 200_000)] == [1, 1, 2, 4, 13]
+
+
+def test_state_word_round_trip_and_sign():
+    s = L.pack_state(L.TAG_HEAD, L.N_MASK, (1 << 23) - 1)
+    assert s > 0  # bit 63 never set
+    assert (L.state_tag(s), L.state_n(s), L.state_count(s)) == (L.TAG_HEAD, L.N_MASK, (1 << 23) - 1)
+    assert L.state_count(L.pack_state(3, 7, L.COUNT_FOLD)) == L.COUNT_FOLD
+    assert L.slab_tag(L.NCLASSES - 1) < L.TAG_HEAD < L.TAG_TAIL <= L.TAG_MASK
+
+
+def test_metadata_regions_do_not_overlap():
+    assert L.STRIPE_BASE >= 4
+    last_stripe = L.stripe_word(L.STRIPES - 1, L.S_INVALID)
+    assert last_stripe < L.HINT_BASE
+    assert L.HINT_BASE + L.NCLASSES == L.STATE_BASE
+    assert L.bits_base(10) == L.STATE_BASE + 10
+    assert L.meta_words(10) == L.bits_base(10) + 10 * L.BITMAP_WORDS
+
+
+def test_capacity_geometry():
+    assert L.pages_for_capacity(L.MIN_CAPACITY - 1) == 0
+    assert L.pages_for_capacity(L.MIN_CAPACITY) == 1
+    for cap in (L.MIN_CAPACITY, 1 << 20, 12 * L.PAGE, 1 << 30, (1 << 34) + 12345):
+        n = L.pages_for_capacity(cap)
+        used = L.HEADER_BYTES + n * L.PAGE + 8 * (L.meta_words(n) - L.HEADER_WORDS)
+        assert used <= cap  # the heap never takes more than it was given
+        assert used + L.PAGE + L.META_BYTES_PER_PAGE > cap  # and wastes less than a page
+
+
+@pytest.mark.parametrize("cap,fraction", [(1 << 20, 0.96), (1 << 24, 0.98), (1 << 30, 0.98)])
+def test_usable_fraction_of_capacity(cap, fraction):
+    # Metadata is 264 B per 16 KiB page (1.6 %) plus a 1408 B header; the rest
+    # of a small heap is lost to the page granularity.
+    assert L.pages_for_capacity(cap) * L.PAGE >= fraction * cap
