@@ -32,17 +32,20 @@ Memory ordering. numba's atomics are relaxed. ``free`` issues
 the owner's writes to the block are visible before anyone can claim it), and
 ``alloc`` issues one after the atomic that claims it (acquire: the new owner's
 accesses happen after the claim). Metadata needs no further fences: every
-decision is taken on the value an atomic returned, never on a plain load.
+state change is made by an atomic whose returned value validates it. Plain
+loads only choose what to try (a page, a word, a hint); a stale one costs a
+skipped page or a retry, never a wrong change, with one documented exception
+(an invalid free racing with page reuse: docs/correctness.md).
 
 Progress. No thread ever waits for another: there are no locks and no spins
 on a value another thread must change. Every loop is bounded by the number
 of pages, bitmap words or ``RETRIES``; running out of bounds returns NULL.
 """
 
-import numpy as np
 from numba import cuda, int64
 
 from . import layout as L
+from .device_large import RETRIES, _alloc_large, _fold, _free_large, _pages_changed
 from .layout import (
     bits_base,
     class_blocks,
@@ -55,10 +58,10 @@ from .layout import (
     word_valid_mask,
 )
 
-#: Attempts of a contended ``cas`` on one word before moving on.
-RETRIES = 64
 #: Passes over a slab's bitmap words by a thread holding a reserved slot.
 BIT_PASSES = 4
+#: Passes of the small-block scan, repeated only while races were lost.
+SMALL_PASSES = 4
 
 
 @cuda.jit(device=True)
@@ -70,30 +73,14 @@ def _count(meta, field):
 
 
 @cuda.jit(device=True)
-def _pages_changed(meta, delta):
-    # Pages used: add, once per slab taken/retired or large block taken/freed.
-    old = cuda.atomic.add(meta, L.H_PAGES_USED, delta)
-    if delta > 0:
-        # Peak: max with the value this add produced, so the peak is the
-        # exact high-water mark of the pages-used counter.
-        cuda.atomic.max(meta, L.H_PEAK_PAGES, old + delta)
-
-
-@cuda.jit(device=True)
-def _fold(new):
-    # Return (state word, folded amount): keep the count field below 2**23.
-    if (new & L.COUNT_MASK) >> L.COUNT_SHIFT >= L.COUNT_FOLD:
-        return new - (L.COUNT_FOLD << L.COUNT_SHIFT), L.COUNT_FOLD
-    return new, 0
-
-
-@cuda.jit(device=True)
 def _reserve(meta, p, c):
-    """Reserve one slot of class ``c`` in page ``p``; return 1 on success.
+    """Reserve one slot of class ``c`` in page ``p``.
 
     Succeeds on a slab of class ``c`` with a free slot, or on a free page,
-    which becomes such a slab. Atomics: one ``cas`` on the state word per
-    attempt (at most RETRIES), plus pages-used/peak when a page is taken.
+    which becomes such a slab. Returns 1 on success, 0 when the page cannot
+    serve the class, 2 when it still could but RETRIES ``cas`` attempts all
+    lost to other threads. Atomics: one ``cas`` on the state word per
+    attempt, plus pages-used/peak when a page is taken.
     """
     idx = L.STATE_BASE + p
     tag = slab_tag(c)
@@ -119,7 +106,7 @@ def _reserve(meta, p, c):
                 _pages_changed(meta, 1)
             return 1
         s = old
-    return 0
+    return 2
 
 
 @cuda.jit(device=True)
@@ -139,8 +126,9 @@ def _release_slot(meta, p, undo):
     if ((new >> L.N_SHIFT) & L.N_MASK) == 0:
         # Empty: retire, unless someone reserved (or folded) meanwhile, in
         # which case that thread's own release will retire it later.
-        if cuda.atomic.cas(meta, idx, new, new & L.COUNT_MASK) == new:
-            _pages_changed(meta, -1)
+        _pages_changed(meta, -1)
+        if cuda.atomic.cas(meta, idx, new, new & L.COUNT_MASK) != new:
+            _pages_changed(meta, 1)
 
 
 @cuda.jit(device=True)
@@ -172,88 +160,36 @@ def _claim_bit(meta, npages, p, c):
 
 @cuda.jit(device=True)
 def _alloc_small(meta, npages, c):
+    """Serve class ``c`` from the first page, from the hint on, that can.
+
+    A pass visits every page once; a pass that lost a race somewhere (a
+    ``cas`` budget spent, a bit search that came back empty) is followed by
+    another, up to SMALL_PASSES, so contention alone rarely yields NULL.
+    """
     hint_idx = L.HINT_BASE + c
     h = meta[hint_idx]  # racy hint: any value is safe
     if h < 0 or h >= npages:
         h = 0
-    p = h
-    for _ in range(npages):
-        if _reserve(meta, p, c):
-            b = _claim_bit(meta, npages, p, c)
-            if b >= 0:
-                if p != h:
-                    cuda.atomic.exch(meta, hint_idx, p)  # hint: racy, harmless
-                return (p << L.PAGE_SHIFT) + b * class_size(c)
-            _release_slot(meta, p, True)
-        p += 1
-        if p == npages:
-            p = 0
-    return L.NULL
-
-
-@cuda.jit(device=True)
-def _take_page(meta, q, head_k):
-    """Turn free page ``q`` into a tail (head_k == 0) or a head of head_k pages.
-
-    Returns 1 on success. Atomics: ``cas`` on the state word (<= RETRIES).
-    """
-    idx = L.STATE_BASE + q
-    s = meta[idx]
-    for _ in range(RETRIES):
-        if s & L.TAG_MASK != L.TAG_FREE:
-            return 0
-        keep = s & L.COUNT_MASK
-        folded = 0
-        if head_k == 0:
-            new = keep | L.TAG_TAIL
-        else:
-            new, folded = _fold(keep + L.COUNT_ONE + (head_k << L.N_SHIFT) + L.TAG_HEAD)
-        # State word: cas, races with slab reservers and other large claims.
-        old = cuda.atomic.cas(meta, idx, s, new)
-        if old == s:
-            if folded:
-                cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)
-            return 1
-        s = old
-    return 0
-
-
-@cuda.jit(device=True)
-def _untail(meta, lo, hi):
-    # Tail pages lo..hi-1 back to free, count kept. Tails belong to the one
-    # thread that holds them, so a plain and (never fails) suffices.
-    for q in range(lo, hi):
-        cuda.atomic.and_(meta, L.STATE_BASE + q, L.COUNT_MASK)
-
-
-@cuda.jit(device=True)
-def _alloc_large(meta, npages, k):
-    """Take ``k`` contiguous free pages, highest addresses first; offset or NULL.
-
-    Large blocks grow down from the top of the arena, slabs up from the
-    bottom, so slabs fragment the runs large blocks need as little as
-    possible. Tails are claimed first, the head last: the block is freeable
-    only once it is complete.
-    """
-    run = 0
-    p = npages - 1
-    while p >= 0:
-        if meta[L.STATE_BASE + p] & L.TAG_MASK == L.TAG_FREE:  # guess
-            run += 1
-        else:
-            run = 0
-        if run >= k:
-            q = p + k - 1
-            while q > p and _take_page(meta, q, 0):
-                q -= 1
-            if q == p and _take_page(meta, p, k):
-                _pages_changed(meta, k)
-                return p << L.PAGE_SHIFT
-            _untail(meta, q + 1, p + k)
-            # Candidates below the page that failed; strictly decreasing.
-            run = 0
-            p = q
-        p -= 1
+    for _ in range(SMALL_PASSES):
+        contended = False
+        p = h
+        for _ in range(npages):
+            r = _reserve(meta, p, c)
+            if r == 1:
+                b = _claim_bit(meta, npages, p, c)
+                if b >= 0:
+                    if p != h:
+                        cuda.atomic.exch(meta, hint_idx, p)  # hint: racy, harmless
+                    return (p << L.PAGE_SHIFT) + b * class_size(c)
+                _release_slot(meta, p, True)
+                contended = True
+            elif r == 2:
+                contended = True
+            p += 1
+            if p == npages:
+                p = 0
+        if not contended:
+            break
     return L.NULL
 
 
@@ -290,31 +226,13 @@ def alloc(ctx, nbytes):
 
 
 @cuda.jit(device=True)
-def _free_large(meta, p):
-    idx = L.STATE_BASE + p
-    s = meta[idx]
-    for _ in range(RETRIES):
-        if s & L.TAG_MASK != L.TAG_HEAD:
-            return 0
-        # State word: cas head -> free; of two racing frees exactly one wins.
-        old = cuda.atomic.cas(meta, idx, s, s & L.COUNT_MASK)
-        if old == s:
-            k = (s >> L.N_SHIFT) & L.N_MASK
-            _untail(meta, p + 1, p + k)
-            _pages_changed(meta, -k)
-            return 1
-        s = old
-    return 0
-
-
-@cuda.jit(device=True)
 def _free_small(meta, npages, p, c, rel):
     size = class_size(c)
     b = rel // size
     if rel - b * size != 0 or b >= class_blocks(c):
         return 0
-    w = b >> 5
-    bit = int64(1) << (b & 31)
+    w = b // L.BITS_PER_WORD
+    bit = int64(1) << (b % L.BITS_PER_WORD)
     # Bitmap word: and; if the bit was already clear nothing changed.
     old = cuda.atomic.and_(meta, bits_base(npages) + p * L.BITMAP_WORDS + w,
                            ~bit & L.WORD_MASK)
@@ -348,8 +266,11 @@ def free(ctx, off):
     if o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0:
         p = o >> L.PAGE_SHIFT
         rel = o - (p << L.PAGE_SHIFT)
-        t = meta[L.STATE_BASE + p] & L.TAG_MASK  # guess; see docs/correctness
-        cuda.threadfence()  # release: our writes to the block land first
+        # Release: our writes to the block are ordered before the atomic that
+        # frees it. Being before the load, the fence also orders the load
+        # after whatever made this offset known to us (docs/correctness.md).
+        cuda.threadfence()
+        t = meta[L.STATE_BASE + p] & L.TAG_MASK  # see "Known limits"
         if t == L.TAG_HEAD:
             if rel == 0:
                 ok = _free_large(meta, p)

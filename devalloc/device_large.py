@@ -1,0 +1,128 @@
+"""Device side, page level: large blocks and the pages-used accounting.
+
+Part of :mod:`devalloc.device` (whose docstring describes every shared
+metadata word and the memory-ordering argument); split out to keep each
+module readable. A large block (more than MAX_SMALL bytes) takes whole
+pages: its first page's state word is a HEAD holding the page count, the
+others are TAILs. Callers: only :func:`devalloc.device.alloc` and
+:func:`devalloc.device.free`.
+"""
+
+from numba import cuda
+
+from . import layout as L
+
+#: Attempts of a contended ``cas`` on one word before moving on.
+RETRIES = 64
+#: Passes of the large-block scan, repeated only while claims collided.
+LARGE_PASSES = 8
+
+
+@cuda.jit(device=True)
+def _pages_changed(meta, delta):
+    # Pages used: add, once per slab taken/retired or large block taken/freed.
+    # Takers add after their cas, releasers subtract before theirs (and add
+    # back if it fails), so the counter never exceeds the pages really held.
+    old = cuda.atomic.add(meta, L.H_PAGES_USED, delta)
+    if delta > 0:
+        # Peak: max with the value this add produced, so the peak is the
+        # exact high-water mark of the pages-used counter.
+        cuda.atomic.max(meta, L.H_PEAK_PAGES, old + delta)
+
+
+@cuda.jit(device=True)
+def _fold(new):
+    # Return (state word, folded amount): keep the count field below 2**23.
+    if (new & L.COUNT_MASK) >> L.COUNT_SHIFT >= L.COUNT_FOLD:
+        return new - (L.COUNT_FOLD << L.COUNT_SHIFT), L.COUNT_FOLD
+    return new, 0
+
+
+@cuda.jit(device=True)
+def _take_page(meta, q, head_k):
+    """Turn free page ``q`` into a tail (head_k == 0) or a head of head_k pages.
+
+    Returns 1 on success. Atomics: ``cas`` on the state word (<= RETRIES).
+    """
+    idx = L.STATE_BASE + q
+    s = meta[idx]
+    for _ in range(RETRIES):
+        if s & L.TAG_MASK != L.TAG_FREE:
+            return 0
+        keep = s & L.COUNT_MASK
+        folded = 0
+        if head_k == 0:
+            new = keep | L.TAG_TAIL
+        else:
+            new, folded = _fold(keep + L.COUNT_ONE + (head_k << L.N_SHIFT) + L.TAG_HEAD)
+        # State word: cas, races with slab reservers and other large claims.
+        old = cuda.atomic.cas(meta, idx, s, new)
+        if old == s:
+            if folded:
+                cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)
+            return 1
+        s = old
+    return 0
+
+
+@cuda.jit(device=True)
+def _untail(meta, lo, hi):
+    # Tail pages lo..hi-1 back to free, count kept. Tails belong to the one
+    # thread that holds them, so a plain and (never fails) suffices.
+    for q in range(lo, hi):
+        cuda.atomic.and_(meta, L.STATE_BASE + q, L.COUNT_MASK)
+
+
+@cuda.jit(device=True)
+def _alloc_large(meta, npages, k):
+    """Take ``k`` contiguous free pages, highest addresses first; offset or NULL.
+
+    Large blocks grow down from the top of the arena, slabs up from the
+    bottom, so slabs fragment the runs large blocks need as little as
+    possible. Tails are claimed first, the head last: the block is freeable
+    only once it is complete. Two claims that overlap can both roll back;
+    so a pass that saw such contention is followed by another, up to
+    LARGE_PASSES. Within a pass the top of each candidate run strictly
+    decreases, so a pass costs at most npages loads and npages * k ``cas``.
+    """
+    for _ in range(LARGE_PASSES):
+        contended = False
+        run = 0
+        p = npages - 1
+        while p >= 0:
+            if meta[L.STATE_BASE + p] & L.TAG_MASK == L.TAG_FREE:  # guess
+                run += 1
+            else:
+                run = 0
+            if run >= k:
+                q = p + k - 1
+                while q > p and _take_page(meta, q, 0):
+                    q -= 1
+                if q == p and _take_page(meta, p, k):
+                    _pages_changed(meta, k)
+                    return p << L.PAGE_SHIFT
+                _untail(meta, q + 1, p + k)
+                contended = True
+                # Next candidates lie below the page that failed.
+                run = 0
+                p = q
+            p -= 1
+        if not contended:
+            break
+    return L.NULL
+
+
+@cuda.jit(device=True)
+def _free_large(meta, p):
+    idx = L.STATE_BASE + p
+    s = meta[idx]  # guess; a live head changes only when it is freed
+    if s & L.TAG_MASK != L.TAG_HEAD:
+        return 0
+    k = (s >> L.N_SHIFT) & L.N_MASK
+    _pages_changed(meta, -k)
+    # State word: cas head -> free; of two racing frees exactly one wins.
+    if cuda.atomic.cas(meta, idx, s, s & L.COUNT_MASK) != s:
+        _pages_changed(meta, k)
+        return 0
+    _untail(meta, p + 1, p + k)
+    return 1
