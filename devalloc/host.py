@@ -1,17 +1,31 @@
-"""Host side: the :class:`Heap` that owns the device memory.
+"""Host side: the :class:`Heap` that owns (or borrows) the device memory.
 
 A heap is two device arrays: the arena (the bytes handed to threads) and the
 ``int64`` metadata (layout in :mod:`devalloc.layout`). ``heap.ctx`` bundles
 both into a named tuple, the cheap immutable handle kernels receive.
+
+Which calls synchronize the host:
+
+=================  ==========================================================
+``Heap(...)``      no kernel launch; zeroes the metadata on the heap's stream
+``reset``          never; a memset of the metadata ordered on the stream
+``usage``          synchronizes the given stream (default: the heap's) only
+``live``/``check`` like ``usage`` (debug heaps)
+``resize``/``run`` ``resize`` never; ``run`` synchronizes after every attempt
+``close``          never
+=================  ==========================================================
 """
 
 import collections
+import math
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 from numba import config, cuda, types
 
 from . import layout as L
+from .errors import HeapClosedError, HeapExhausted, OutOfMemoryError
 from .stats import usage_from_meta
 
 #: The handle kernels receive: the arena bytes and the metadata words.
@@ -41,36 +55,150 @@ def check_capacity(capacity):
     return capacity
 
 
-def _zero_meta(meta, stream):
-    """Zero the metadata array on ``stream`` without synchronizing the host."""
+def _zero(array, nbytes, stream):
+    """Zero ``array`` on ``stream`` without synchronizing the host."""
     if config.ENABLE_CUDASIM:
-        meta.copy_to_device(np.zeros(meta.shape, np.int64), stream=stream)
+        array.copy_to_device(np.zeros(array.shape, array.dtype), stream=stream)
     else:
         from numba.cuda.cudadrv.driver import device_memset
 
-        device_memset(meta, 0, meta.size * 8, stream=stream)
+        device_memset(array, 0, nbytes, stream=stream)
+
+
+def _device_bytes(memory):
+    """Return a 1-D uint8 device view of ``memory`` and its device address."""
+    if config.ENABLE_CUDASIM:
+        # Simulated device arrays wrap a NumPy array; no CUDA array interface.
+        arr = memory if isinstance(memory, cuda.devicearray.FakeCUDAArray) else None
+        if arr is None or not arr.is_c_contiguous():
+            raise TypeError(
+                "memory= must be a C-contiguous device array (on the simulator: "
+                f"a numba device array), got {type(memory).__name__}"
+            )
+        raw = arr.reshape(arr.size).view(np.uint8)
+        return raw, raw._ary.__array_interface__["data"][0]
+    if not hasattr(memory, "__cuda_array_interface__"):
+        raise TypeError(
+            "memory= must expose __cuda_array_interface__ (a Numba device "
+            f"array, CuPy, PyTorch or RMM buffer), got {type(memory).__name__}"
+        )
+    arr = cuda.as_cuda_array(memory)
+    if not arr.is_c_contiguous():
+        raise TypeError("memory= must be C-contiguous")
+    raw = arr.reshape(arr.size).view(np.uint8)
+    return raw, raw.__cuda_array_interface__["data"][0]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What :meth:`Heap.run` did: the final usage, launches, final capacity."""
+
+    usage: object
+    attempts: int
+    capacity: int
 
 
 class Heap:
     """A device heap of ``capacity`` bytes that kernels allocate from.
 
-    ``capacity`` counts all the device memory the heap takes: the arena plus
-    its metadata (about 1.6 % of it). ``usage().capacity`` is the part that
-    can be handed out. Creating a heap allocates and zeroes device memory; it
-    launches no kernel.
+    :param capacity: bytes of device memory the heap takes, metadata included
+        (about 1.6 %); ``heap.capacity`` is the part that can be handed out.
+        Optional with ``memory=``: the whole buffer by default.
+    :param stream: the stream the heap's own work (zeroing, ``reset``,
+        ``usage``) is ordered on; 0 is the default stream.
+    :param memory: a device buffer exposing ``__cuda_array_interface__`` to
+        build the heap in instead of allocating; the heap never frees it.
+    :param device: the device number to allocate on (default: current).
+
+    Creating a heap allocates and zeroes device memory; it launches no
+    kernel. Use it as a context manager, or call :meth:`close`, to free its
+    memory deterministically.
     """
 
-    def __init__(self, capacity):
-        capacity = check_capacity(capacity)
-        self.npages = L.pages_for_capacity(capacity)
+    def __init__(self, capacity=None, *, stream=0, memory=None, device=None):
+        self.stream = stream
+        self.device = device
+        self._memory = memory
+        self._closed = False
+        if memory is None and capacity is None:
+            raise TypeError("Heap() needs a capacity in bytes, or memory=")
+        with self._on_device():
+            self._build(capacity)
+
+    # ------------------------------------------------------------ building
+    def _on_device(self):
+        if self.device is None:
+            return _NullContext()
+        if isinstance(self.device, bool) or not isinstance(self.device, numbers.Integral):
+            raise TypeError(f"device= must be a device number, got {self.device!r}")
+        n = len(cuda.gpus)
+        if not 0 <= self.device < n:
+            raise ValueError(f"device={self.device} does not exist: {n} device(s), 0..{n - 1}")
+        return cuda.gpus[self.device]
+
+    def _build(self, capacity):
+        if self._memory is not None:
+            raw, address = _device_bytes(self._memory)
+            if capacity is None:
+                capacity = raw.size
+            capacity = check_capacity(capacity)
+            if capacity > raw.size:
+                raise ValueError(
+                    f"Heap capacity {capacity} exceeds the {raw.size} bytes of memory="
+                )
+            self._arena, self._meta = self._carve(raw, address, capacity)
+        else:
+            capacity = check_capacity(capacity)
+            self._check_free_memory(capacity)
+            npages = L.pages_for_capacity(capacity)
+            try:
+                self._arena = cuda.device_array(npages * L.PAGE, np.uint8, stream=self.stream)
+                self._meta = cuda.device_array(L.meta_words(npages), np.int64, stream=self.stream)
+            except Exception as e:  # CudaAPIError(CUDA_ERROR_OUT_OF_MEMORY)
+                if "OUT_OF_MEMORY" in str(e) or "out of memory" in str(e):
+                    raise OutOfMemoryError(
+                        f"the device could not allocate {capacity} bytes for the heap: {e}"
+                    ) from e
+                raise
         self.requested = capacity
-        self._arena = cuda.device_array(self.npages * L.PAGE, dtype=np.uint8)
-        self._meta = cuda.to_device(np.zeros(L.meta_words(self.npages), np.int64))
+        self.npages = self._arena.size // L.PAGE
+        _zero(self._meta, self._meta.size * 8, self.stream)
         self._ctx = Ctx(self._arena, self._meta)
 
+    @staticmethod
+    def _carve(raw, address, capacity):
+        """Lay the metadata then the arena out in ``raw[:capacity]``."""
+        skip = (-address) % 256  # both regions 256-byte aligned
+        npages = L.pages_for_capacity(capacity - skip - 256)
+        if npages < 1:
+            raise ValueError(
+                f"memory= of {capacity} bytes at address {address:#x} is too small: "
+                f"a heap needs at least {L.MIN_CAPACITY + 512} bytes there"
+            )
+        meta_bytes = L.meta_words(npages) * 8
+        arena_at = skip + meta_bytes + (-(address + skip + meta_bytes)) % 256
+        meta = raw[skip:skip + meta_bytes].view(np.int64)
+        arena = raw[arena_at:arena_at + npages * L.PAGE]
+        return arena, meta
+
+    @staticmethod
+    def _check_free_memory(capacity):
+        free, total = cuda.current_context().get_memory_info()
+        if capacity > free:
+            raise OutOfMemoryError(
+                f"Heap capacity {capacity} bytes exceeds the device's free memory "
+                f"({int(free)} of {int(total)} bytes free)"
+            )
+
+    def _live(self):
+        if self._closed:
+            raise HeapClosedError(f"{self!r} is closed: create a new Heap")
+
+    # -------------------------------------------------------------- public
     @property
     def ctx(self):
         """The handle to pass to kernels (type: ``devalloc.ctx_type``)."""
+        self._live()
         return self._ctx
 
     @property
@@ -78,23 +206,119 @@ class Heap:
         """Bytes the heap can hand out (whole pages of the arena)."""
         return self.npages * L.PAGE
 
-    def reset(self, stream=0):
+    @property
+    def arena(self):
+        """The heap's bytes as a device array (``__cuda_array_interface__``).
+
+        Offsets returned by ``alloc`` index it, so results left in heap
+        blocks can be read by other libraries without a copy.
+        """
+        self._live()
+        return self._arena
+
+    def reset(self, stream=None):
         """Free every allocation and clear every counter, ordered on ``stream``.
 
         Does not synchronize the host. Costs one memset of the metadata
         (about 1.6 % of the capacity); the arena is not touched, so blocks keep
         their bytes but every offset handed out before is invalid.
         """
-        _zero_meta(self._meta, stream)
+        self._live()
+        with self._on_device():
+            _zero(self._meta, self._meta.size * 8, self._stream(stream))
 
-    def usage(self, stream=0):
-        """Synchronize ``stream`` and return the heap's :class:`~devalloc.stats.Usage`."""
-        meta = self._meta.copy_to_host(stream=stream)
-        if stream:
-            stream.synchronize()
-        else:
-            cuda.synchronize()
+    def usage(self, stream=None):
+        """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`."""
+        meta = self._snapshot(self._meta, stream)
         return usage_from_meta(meta, self.npages)
 
+    def _stream(self, stream):
+        return self.stream if stream is None else stream
+
+    def _snapshot(self, array, stream):
+        self._live()
+        s = self._stream(stream)
+        with self._on_device():
+            host = array.copy_to_host(stream=s)
+            (s if s else cuda.default_stream()).synchronize()
+        return host
+
+    def resize(self, capacity):
+        """Replace the heap by an empty one of ``capacity`` bytes.
+
+        **Discards the contents**: every block is freed and every counter
+        cleared, and ``heap.ctx`` changes (pass the new one to kernels). With
+        ``memory=``, the new capacity must fit in that buffer.
+        """
+        self._live()
+        old = (self._arena, self._meta, self._ctx)
+        try:
+            with self._on_device():
+                self._build(capacity)
+        except Exception:
+            self._arena, self._meta, self._ctx = old
+            raise
+
+    def run(self, kernel, griddim, blockdim, *args, ceiling, growth=2.0, max_attempts=16):
+        """Launch ``kernel`` until no allocation fails, growing the heap.
+
+        For kernels that are safe to re-run from scratch. Each attempt resets
+        the heap, launches ``kernel[griddim, blockdim, stream](*args)`` with
+        every argument that is this heap replaced by ``heap.ctx``, and reads
+        the usage. If allocations failed, the capacity is multiplied by
+        ``growth`` (doubling by default), capped at ``ceiling`` bytes, and the
+        kernel is launched again. Raises :class:`HeapExhausted` when the heap
+        is already at the ceiling and allocations still fail, or after
+        ``max_attempts`` launches.
+
+        :returns: a :class:`RunResult` (final usage, attempts, capacity).
+        """
+        self._live()
+        ceiling = check_capacity(ceiling)
+        if not (isinstance(growth, numbers.Real) and growth > 1):
+            raise ValueError(f"growth must be a number > 1, got {growth!r}")
+        for attempt in range(1, max_attempts + 1):
+            self.reset()
+            real = [self.ctx if a is self else a for a in args]
+            kernel[griddim, blockdim, self.stream](*real)
+            u = self.usage()
+            if u.failed == 0:
+                return RunResult(u, attempt, self.requested)
+            if self.requested >= ceiling:
+                raise HeapExhausted(
+                    f"{u.failed} allocation(s) failed with the heap at its ceiling "
+                    f"of {ceiling} bytes after {attempt} attempt(s)", u, attempt)
+            self.resize(min(ceiling, max(self.requested + 1, math.ceil(self.requested * growth))))
+        raise HeapExhausted(
+            f"allocations still failed after {max_attempts} attempts "
+            f"(capacity {self.requested} bytes)", u, max_attempts)
+
+    def close(self):
+        """Release the heap's device memory (not ``memory=``'s). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._arena = self._meta = self._ctx = None
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def __enter__(self):
+        self._live()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
     def __repr__(self):
-        return f"Heap(capacity={self.requested}, pages={self.npages})"
+        state = "closed" if self._closed else f"pages={self.npages}"
+        return f"Heap(capacity={self.requested}, {state})"
+
+
+class _NullContext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False

@@ -179,6 +179,12 @@ def pages_for_capacity(capacity):
 
 
 @register_jitable
+def capacity_for_pages(npages):
+    """Return the smallest capacity whose heap has ``npages`` pages."""
+    return HEADER_BYTES + npages * (PAGE + META_BYTES_PER_PAGE)
+
+
+@register_jitable
 def pack_state(tag, n, count):
     """Return the state word with fields ``tag``, ``n`` and ``count``."""
     return (count << COUNT_SHIFT) | (n << N_SHIFT) | tag

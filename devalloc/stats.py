@@ -46,6 +46,21 @@ class Usage:
     live_blocks: int
     classes: dict = field(default_factory=dict, compare=False)
 
+    def suggest_capacity(self, headroom=0.25):
+        """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.
+
+        The result counts the metadata too, so ``Heap(u.suggest_capacity())``
+        has room for what this epoch needed plus the headroom (at least one
+        page). ``headroom`` is a fraction >= 0.
+        """
+        if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not (
+            headroom >= 0 and headroom != float("inf")
+        ):
+            raise ValueError(f"headroom must be a finite fraction >= 0, got {headroom!r}")
+        need = self.peak * (1.0 + headroom)
+        pages = max(1, -(-int(round(need)) // L.PAGE))
+        return L.capacity_for_pages(pages)
+
     def to_dict(self):
         """Return the usage as plain JSON-serialisable data."""
         d = asdict(self)

@@ -90,3 +90,10 @@ def test_usable_fraction_of_capacity(cap, fraction):
     # Metadata is 264 B per 16 KiB page (1.6 %) plus a 1408 B header; the rest
     # of a small heap is lost to the page granularity.
     assert L.pages_for_capacity(cap) * L.PAGE >= fraction * cap
+
+
+def test_capacity_for_pages_is_the_inverse_of_pages_for_capacity():
+    for n in (1, 2, 12, 63, 4096):
+        cap = L.capacity_for_pages(n)
+        assert L.pages_for_capacity(cap) == n
+        assert L.pages_for_capacity(cap - 1) == n - 1

@@ -1,0 +1,38 @@
+"""Exceptions raised on the host. Device code never raises: it returns NULL."""
+
+
+class DevallocError(Exception):
+    """Base class of every devalloc exception."""
+
+
+class OutOfMemoryError(DevallocError, MemoryError):
+    """The device cannot provide the memory a heap asks for."""
+
+
+class HeapClosedError(DevallocError, RuntimeError):
+    """A heap was used after ``close()`` (or after its ``with`` block)."""
+
+
+class HeapExhausted(DevallocError):
+    """``Heap.run`` reached its ceiling and allocations still failed.
+
+    ``usage`` is the usage of the last attempt, ``attempts`` how many
+    launches were made.
+    """
+
+    def __init__(self, message, usage, attempts):
+        super().__init__(message)
+        self.usage = usage
+        self.attempts = attempts
+
+
+class HeapCorruption(DevallocError):
+    """Debug mode found misuse: invalid frees or overwritten guard bytes.
+
+    ``records`` lists what was seen, first ones first: each a
+    :class:`devalloc.debug_host.Record` (kind, offset, block, thread).
+    """
+
+    def __init__(self, message, records):
+        super().__init__(message)
+        self.records = records
