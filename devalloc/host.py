@@ -10,7 +10,7 @@ Which calls synchronize the host:
 ``Heap(...)``      no kernel launch; zeroes the metadata on the heap's stream
 ``reset``          never; a memset of the metadata ordered on the stream
 ``usage``          synchronizes the given stream (default: the heap's) only
-``live``/``check`` like ``usage`` (debug heaps)
+``live``/``check`` like ``usage``
 ``resize``/``run`` ``resize`` never; ``run`` synchronizes after every attempt
 ``close``          never
 =================  ==========================================================
@@ -25,16 +25,23 @@ import numpy as np
 from numba import config, cuda, types
 
 from . import layout as L
-from .errors import HeapClosedError, HeapExhausted, OutOfMemoryError
-from .stats import usage_from_meta
+from .debug_device import DEBUG_WORDS
+from .debug_host import describe, find_corruption, requested_size
+from .errors import HeapClosedError, HeapCorruption, HeapExhausted, OutOfMemoryError
+from .stats import live_blocks, usage_from_meta
 
 #: The handle kernels receive: the arena bytes and the metadata words.
 Ctx = collections.namedtuple("Ctx", ["arena", "meta"])
 
+#: The handle of a debug heap: also the debug record words.
+DebugCtx = collections.namedtuple("DebugCtx", ["arena", "meta", "debug"])
+
+_BYTES = types.Array(types.uint8, 1, "C")
+_WORDS = types.Array(types.int64, 1, "C")
 #: The Numba type of ``Heap.ctx``, for compiling kernels ahead of time.
-ctx_type = types.NamedTuple(
-    [types.Array(types.uint8, 1, "C"), types.Array(types.int64, 1, "C")], Ctx
-)
+ctx_type = types.NamedTuple([_BYTES, _WORDS], Ctx)
+#: The Numba type of a debug heap's ``ctx``.
+debug_ctx_type = types.NamedTuple([_BYTES, _WORDS, _WORDS], DebugCtx)
 
 
 def check_capacity(capacity):
@@ -109,15 +116,19 @@ class Heap:
     :param memory: a device buffer exposing ``__cuda_array_interface__`` to
         build the heap in instead of allocating; the heap never frees it.
     :param device: the device number to allocate on (default: current).
+    :param debug: build a debug heap: every block gets guard bytes, freed
+        blocks are poisoned, misuse is recorded; see :meth:`check` and
+        :meth:`live`. Kernels compiled for a normal heap are unaffected.
 
     Creating a heap allocates and zeroes device memory; it launches no
     kernel. Use it as a context manager, or call :meth:`close`, to free its
     memory deterministically.
     """
 
-    def __init__(self, capacity=None, *, stream=0, memory=None, device=None):
+    def __init__(self, capacity=None, *, stream=0, memory=None, device=None, debug=False):
         self.stream = stream
         self.device = device
+        self.debug = bool(debug)
         self._memory = memory
         self._closed = False
         if memory is None and capacity is None:
@@ -163,7 +174,13 @@ class Heap:
         self.requested = capacity
         self.npages = self._arena.size // L.PAGE
         _zero(self._meta, self._meta.size * 8, self.stream)
-        self._ctx = Ctx(self._arena, self._meta)
+        if self.debug:
+            self._debug = cuda.device_array(DEBUG_WORDS, np.int64, stream=self.stream)
+            _zero(self._debug, DEBUG_WORDS * 8, self.stream)
+            self._ctx = DebugCtx(self._arena, self._meta, self._debug)
+        else:
+            self._debug = None
+            self._ctx = Ctx(self._arena, self._meta)
 
     @staticmethod
     def _carve(raw, address, capacity):
@@ -226,11 +243,43 @@ class Heap:
         self._live()
         with self._on_device():
             _zero(self._meta, self._meta.size * 8, self._stream(stream))
+            if self._debug is not None:
+                _zero(self._debug, DEBUG_WORDS * 8, self._stream(stream))
 
     def usage(self, stream=None):
         """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`."""
         meta = self._snapshot(self._meta, stream)
         return usage_from_meta(meta, self.npages)
+
+    def live(self, stream=None):
+        """Synchronize and list the live blocks as ``(offset, size)`` pairs.
+
+        ``size`` is the requested size on a debug heap, the reserved size
+        (size class or whole pages) otherwise. Leaks at the end of a phase
+        show up here.
+        """
+        meta = self._snapshot(self._meta, stream)
+        blocks = live_blocks(meta, self.npages)
+        if not self.debug:
+            return blocks
+        arena = self._snapshot(self._arena, stream)
+        return [(off, requested_size(arena, off, size)) for off, size in blocks]
+
+    def check(self, stream=None):
+        """Synchronize and raise :class:`HeapCorruption` if misuse was seen.
+
+        Debug heaps only. Reports the invalid frees and overwritten guards
+        recorded by ``free`` (with block and thread), and checks the guard
+        bytes of every live block now. Returns None when all is well.
+        """
+        if not self.debug:
+            raise ValueError("check() needs a debug heap: Heap(capacity, debug=True)")
+        debug = self._snapshot(self._debug, stream)
+        meta = self._snapshot(self._meta, stream)
+        arena = self._snapshot(self._arena, stream)
+        records = find_corruption(debug, arena, live_blocks(meta, self.npages))
+        if records:
+            raise HeapCorruption(describe(records), records)
 
     def _stream(self, stream):
         return self.stream if stream is None else stream
@@ -251,12 +300,13 @@ class Heap:
         ``memory=``, the new capacity must fit in that buffer.
         """
         self._live()
-        old = (self._arena, self._meta, self._ctx)
+        old = (self._arena, self._meta, self._debug, self._ctx, self.requested, self.npages)
         try:
             with self._on_device():
                 self._build(capacity)
         except Exception:
-            self._arena, self._meta, self._ctx = old
+            (self._arena, self._meta, self._debug, self._ctx,
+             self.requested, self.npages) = old
             raise
 
     def run(self, kernel, griddim, blockdim, *args, ceiling, growth=2.0, max_attempts=16):
@@ -297,7 +347,7 @@ class Heap:
         """Release the heap's device memory (not ``memory=``'s). Idempotent."""
         if not self._closed:
             self._closed = True
-            self._arena = self._meta = self._ctx = None
+            self._arena = self._meta = self._ctx = self._debug = None
 
     @property
     def closed(self):

@@ -64,6 +64,18 @@ def k_conditional(ctx, n, out):
             devalloc.free(ctx, off)
 
 
+def k_debug_alloc_view_free(ctx, n, out):
+    """The typical use on a debug heap (``Heap(..., debug=True)``)."""
+    i = cuda.grid(1)
+    off = devalloc.alloc(ctx, n)
+    if off != devalloc.NULL:
+        a = devalloc.view(ctx, off, n // 4, np.float32)
+        for j in range(a.shape[0]):
+            a[j] = j
+        out[i] = a[0]
+        devalloc.free(ctx, off)
+
+
 PROBES = {
     "empty": k_empty,
     "bump": k_bump,
@@ -71,9 +83,11 @@ PROBES = {
     "free": k_free,
     "alloc_view_free": k_alloc_view_free,
     "conditional": k_conditional,
+    "debug_alloc_view_free": k_debug_alloc_view_free,
 }
 
 SIG = (devalloc.ctx_type, types.int64, types.int64[::1])
+DEBUG_SIG = (devalloc.debug_ctx_type, types.int64, types.int64[::1])
 
 
 def measure(ccs=((7, 5), (9, 0)), probes=None):
@@ -82,7 +96,8 @@ def measure(ccs=((7, 5), (9, 0)), probes=None):
     for cc in ccs:
         base = None
         for name, fn in (probes or PROBES).items():
-            ptx, _ = aot.compile_ptx(fn, SIG, cc=cc)
+            sig = DEBUG_SIG if name.startswith("debug_") else SIG
+            ptx, _ = aot.compile_ptx(fn, sig, cc=cc)
             r = aot.assemble(ptx, cc)
             row = {"kernel": name, "arch": r.arch, "registers": r.registers,
                    "spill_bytes": r.spill_bytes, "stack_bytes": r.stack_bytes,

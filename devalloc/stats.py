@@ -112,3 +112,24 @@ def usage_from_meta(meta, npages):
         live_blocks=live,
         classes=classes,
     )
+
+
+def live_blocks(meta, npages):
+    """Return the live blocks as sorted ``(offset, reserved size)`` pairs."""
+    meta = np.asarray(meta, dtype=np.int64)
+    out = []
+    base = L.bits_base(npages)
+    for p in range(npages):
+        s = int(meta[L.STATE_BASE + p])
+        t = L.state_tag(s)
+        if t == L.TAG_HEAD:
+            out.append((p * L.PAGE, L.state_n(s) * L.PAGE))
+        elif 1 <= t <= L.NCLASSES:
+            size = L.class_size(t - 1)
+            words = meta[base + p * L.BITMAP_WORDS:base + (p + 1) * L.BITMAP_WORDS]
+            for w in np.flatnonzero(words):
+                word = int(words[w])
+                for b in range(L.BITS_PER_WORD):
+                    if word >> b & 1:
+                        out.append((p * L.PAGE + (int(w) * L.BITS_PER_WORD + b) * size, size))
+    return out

@@ -38,7 +38,7 @@ def rows(result, kernel):
     return found
 
 
-@pytest.mark.parametrize("kernel", ["alloc", "free", "alloc_view_free", "conditional"])
+@pytest.mark.parametrize("kernel", ["alloc", "free", "alloc_view_free", "conditional", "debug_alloc_view_free"])
 def test_public_device_api_compiles_without_spills(probe_result, kernel):
     for r in rows(probe_result, kernel):
         assert r["spill_bytes"] == 0, r

@@ -1,0 +1,53 @@
+"""The public device functions ``alloc`` and ``free``: one name, two compiled paths.
+
+A kernel calls ``devalloc.alloc(ctx, n)`` for any heap. For a normal heap
+(``ctx`` is a :class:`~devalloc.host.Ctx`) that is :func:`devalloc.device.alloc`;
+for a debug heap (a :class:`~devalloc.host.DebugCtx`) it is
+:func:`devalloc.debug_device.alloc`. On the GPU the choice is made when the
+kernel is compiled, from the ctx's Numba type (an ``@overload``), so the
+normal path carries no debug branch. On the simulator, where kernels run as
+Python, it is made at call time.
+"""
+
+from numba import config, types
+
+from . import debug_device, device
+from .host import DebugCtx
+
+
+def alloc(ctx, nbytes):
+    """Allocate a block of at least ``nbytes`` bytes; return its offset or NULL.
+
+    See :func:`devalloc.device.alloc` (who may call, atomics, failures).
+    """
+    if type(ctx) is DebugCtx:
+        return debug_device.alloc(ctx, nbytes)
+    return device.alloc(ctx, nbytes)
+
+
+def free(ctx, off):
+    """Return the block at ``off`` to the heap. See :func:`devalloc.device.free`."""
+    if type(ctx) is DebugCtx:
+        debug_device.free(ctx, off)
+    else:
+        device.free(ctx, off)
+
+
+def _is_debug(ctx):
+    return isinstance(ctx, types.NamedTuple) and ctx.instance_class is DebugCtx
+
+
+if not config.ENABLE_CUDASIM:
+    from numba.cuda.extending import overload
+
+    @overload(alloc, target="cuda")
+    def _alloc_overload(ctx, nbytes):
+        if _is_debug(ctx):
+            return lambda ctx, nbytes: debug_device.alloc(ctx, nbytes)
+        return lambda ctx, nbytes: device.alloc(ctx, nbytes)
+
+    @overload(free, target="cuda")
+    def _free_overload(ctx, off):
+        if _is_debug(ctx):
+            return lambda ctx, off: debug_device.free(ctx, off)
+        return lambda ctx, off: device.free(ctx, off)
