@@ -15,6 +15,7 @@ __all__ = [
     "ALIGN",
     "ClassUsage",
     "Ctx",
+    "DebugCtx",
     "DevallocError",
     "Heap",
     "HeapClosedError",
@@ -27,7 +28,6 @@ __all__ = [
     "Usage",
     "alloc",
     "ctx_type",
-    "DebugCtx",
     "debug_ctx_type",
     "free",
     "view",
@@ -65,7 +65,13 @@ def _view():
     return _intrinsics.view
 
 
+#: Submodules reachable as attributes without an explicit import.
+_SUBMODULES = ("aot", "layout", "probes", "stats", "target")
+
+
 def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     if name not in __all__:
         raise AttributeError(f"module 'devalloc' has no attribute {name!r}")
     from . import _simshim
