@@ -35,7 +35,7 @@ def environment():
 
 
 def table(rows):
-    floor = {r["arch"]: r for r in rows if r["kernel"] == "bump"}
+    floor = {r["arch"]: r for r in rows if r["kernel"] == "atomic_floor"}
     out = ["| kernel | arch | registers | spill B | SASS instr. | + vs empty | x floor | atomics |",
            "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

@@ -26,10 +26,15 @@ __all__ = [
     "PAGE",
     "RunResult",
     "Usage",
+    "SCOPE_NONE",
     "alloc",
+    "bump",
     "ctx_type",
     "debug_ctx_type",
     "free",
+    "mark",
+    "release",
+    "scoped",
     "view",
 ]
 
@@ -37,6 +42,11 @@ _WHERE = {
     "ALIGN": "layout",
     "NULL": "layout",
     "PAGE": "layout",
+    "SCOPE_NONE": "layout",
+    "bump": "bump",
+    "mark": "scope",
+    "scoped": "scope",
+    "release": "scope",
     "alloc": "api",
     "free": "api",
     "DebugCtx": "host",
@@ -69,20 +79,33 @@ def _view():
 _SUBMODULES = ("aot", "layout", "probes", "stats", "target")
 
 
+def _load():
+    """Import every public name at once (the first time any is used).
+
+    All at once, because ``alloc`` and ``free`` are ``@overload``-ed: their
+    typing templates must be registered before Numba types a kernel that
+    calls them. Registering them while Numba is already typing that kernel
+    (a lazy import triggered by the kernel's own ``devalloc.alloc``) is too
+    late for that compilation.
+    """
+    from . import _simshim
+
+    _simshim.install()  # simulator only: one lock for every atomic kind
+    for name in __all__:
+        if name == "view":
+            value = _view()
+        else:
+            value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+
+
 def __getattr__(name):
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     if name not in __all__:
         raise AttributeError(f"module 'devalloc' has no attribute {name!r}")
-    from . import _simshim
-
-    _simshim.install()  # simulator only: one lock for every atomic kind
-    if name == "view":
-        value = _view()
-    else:
-        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-    globals()[name] = value
-    return value
+    _load()
+    return globals()[name]
 
 
 def __dir__():

@@ -60,6 +60,9 @@ def compile_ptx(pyfunc, sig, cc=(9, 0), **kwargs):
     Works without a GPU. Pass ``devalloc.ctx_type`` in ``sig`` for a heap
     context argument. Returns ``(ptx, resty)`` like ``numba.cuda.compile_ptx``.
     """
+    from . import _load
+
+    _load()  # register alloc/free's overloads before Numba types the kernel
     func = getattr(pyfunc, "py_func", pyfunc)
     with assume_device(cc):
         return cuda.compile_ptx(func, sig, cc=tuple(cc), **kwargs)

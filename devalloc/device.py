@@ -194,6 +194,17 @@ def _alloc_small(meta, npages, c):
 
 
 @cuda.jit(device=True)
+def _alloc_uncounted(meta, npages, nbytes):
+    """``alloc`` without the failure count and the fence; offset or NULL."""
+    n = int64(nbytes)
+    if n > 0 and n <= (npages << L.PAGE_SHIFT):
+        if n <= L.MAX_SMALL:
+            return _alloc_small(meta, npages, size_class(n))
+        return _alloc_large(meta, npages, pages_for(n))
+    return int64(L.NULL)
+
+
+@cuda.jit(device=True)
 def alloc(ctx, nbytes):
     """Allocate a block of at least ``nbytes`` bytes; return its offset.
 
@@ -210,14 +221,7 @@ def alloc(ctx, nbytes):
         counted in ``failed``.
     """
     meta = ctx.meta
-    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
-    n = int64(nbytes)
-    off = int64(L.NULL)
-    if n > 0 and n <= (npages << L.PAGE_SHIFT):
-        if n <= L.MAX_SMALL:
-            off = _alloc_small(meta, npages, size_class(n))
-        else:
-            off = _alloc_large(meta, npages, pages_for(n))
+    off = _alloc_uncounted(meta, ctx.arena.shape[0] >> L.PAGE_SHIFT, nbytes)
     if off == L.NULL:
         _count(meta, L.S_FAILED)
     else:

@@ -39,10 +39,12 @@ def _fold(new):
 
 
 @cuda.jit(device=True)
-def _take_page(meta, q, head_k):
+def _take_page(meta, q, head_k, tag):
     """Turn free page ``q`` into a tail (head_k == 0) or a head of head_k pages.
 
-    Returns 1 on success. Atomics: ``cas`` on the state word (<= RETRIES).
+    ``tag`` is the head's tag: TAG_HEAD (a large block, counted in allocs),
+    TAG_BUMP (bump chunks, not counted). Returns 1 on success.
+    Atomics: ``cas`` on the state word (<= RETRIES).
     """
     idx = L.STATE_BASE + q
     s = meta[idx]
@@ -53,8 +55,10 @@ def _take_page(meta, q, head_k):
         folded = 0
         if head_k == 0:
             new = keep | L.TAG_TAIL
-        else:
+        elif tag == L.TAG_HEAD:
             new, folded = _fold(keep + L.COUNT_ONE + (head_k << L.N_SHIFT) + L.TAG_HEAD)
+        else:
+            new = keep + (head_k << L.N_SHIFT) + tag
         # State word: cas, races with slab reservers and other large claims.
         old = cuda.atomic.cas(meta, idx, s, new)
         if old == s:
@@ -75,7 +79,18 @@ def _untail(meta, lo, hi):
 
 @cuda.jit(device=True)
 def _alloc_large(meta, npages, k):
-    """Take ``k`` contiguous free pages, highest addresses first; offset or NULL.
+    """Allocate a large block of ``k`` pages; return its offset or NULL."""
+    p = _alloc_pages(meta, npages, k, L.TAG_HEAD)
+    if p < 0:
+        return L.NULL
+    return p << L.PAGE_SHIFT
+
+
+@cuda.jit(device=True)
+def _alloc_pages(meta, npages, k, tag):
+    """Take ``k`` contiguous free pages, highest addresses first; head page or -1.
+
+    The head gets ``tag`` (TAG_HEAD or TAG_BUMP) and n = k.
 
     Large blocks grow down from the top of the arena, slabs up from the
     bottom, so slabs fragment the runs large blocks need as little as
@@ -96,11 +111,11 @@ def _alloc_large(meta, npages, k):
                 run = 0
             if run >= k:
                 q = p + k - 1
-                while q > p and _take_page(meta, q, 0):
+                while q > p and _take_page(meta, q, 0, tag):
                     q -= 1
-                if q == p and _take_page(meta, p, k):
+                if q == p and _take_page(meta, p, k, tag):
                     _pages_changed(meta, k)
-                    return p << L.PAGE_SHIFT
+                    return p
                 _untail(meta, q + 1, p + k)
                 contended = True
                 # Next candidates lie below the page that failed.
@@ -109,14 +124,25 @@ def _alloc_large(meta, npages, k):
             p -= 1
         if not contended:
             break
-    return L.NULL
+    return -1
 
 
 @cuda.jit(device=True)
 def _free_large(meta, p):
+    """Free the large block whose head is page ``p``; return 1, or 0 if invalid."""
+    return _free_pages(meta, p, L.TAG_HEAD)
+
+
+@cuda.jit(device=True)
+def _free_pages(meta, p, tag):
+    """Return the run whose head (tagged ``tag``) is page ``p``; 1, or 0 if none.
+
+    Atomics: the pages-used ``add``, one ``cas`` on the head, one ``and`` per
+    tail page.
+    """
     idx = L.STATE_BASE + p
     s = meta[idx]  # guess; a live head changes only when it is freed
-    if s & L.TAG_MASK != L.TAG_HEAD:
+    if s & L.TAG_MASK != tag:
         return 0
     k = (s >> L.N_SHIFT) & L.N_MASK
     _pages_changed(meta, -k)

@@ -65,6 +65,9 @@ TAG_MASK = (1 << TAG_BITS) - 1
 TAG_FREE = 0
 TAG_HEAD = 0x40
 TAG_TAIL = 0x41
+#: Head of a bump chunk (devalloc.bump); n = its pages. Not freeable.
+TAG_BUMP = 0x42
+
 N_SHIFT = 8
 N_BITS = 32
 N_MASK = (1 << N_BITS) - 1
@@ -85,6 +88,10 @@ H_PEAK_PAGES = 1
 H_ALLOC_FOLD = 2
 #: Slot reservations that were undone (counted in a page, then given back).
 H_ALLOC_UNDO = 3
+#: The current bump chunk: see pack_bump.
+H_BUMP = 4
+#: Bump allocations served from chunks no longer current, and large bumps.
+H_BUMP_DONE = 5
 #: Failure counters are striped over STRIPES cache lines (by block index) so
 #: that a grid that runs out of memory does not serialise on one word.
 STRIPES = 8
@@ -92,10 +99,18 @@ STRIPE_BASE = 16
 STRIPE_STRIDE = 16  # words: one 128-byte line per stripe
 S_FAILED = 0
 S_INVALID = 1
+S_SCOPE_MISUSE = 2
+#: Scoped chunks are ordinary blocks; these let usage() report them apart.
+S_SCOPE_CHUNKS = 3   # chunks ever taken (subtracted from allocs)
+S_SCOPE_LIVE = 4     # chunks held now (subtracted from live blocks)
+S_SCOPE_BYTES = 5    # their reserved bytes (subtracted from in_use)
 #: Per-class hint: a page that recently served the class.
 HINT_BASE = STRIPE_BASE + STRIPES * STRIPE_STRIDE
 HEADER_WORDS = HINT_BASE + NCLASSES
 STATE_BASE = HEADER_WORDS
+
+#: Most pages a heap may have: page indices must fit the bump word (25 bits).
+MAX_PAGES = (1 << 25) - 2
 
 #: Bytes of metadata each page costs (its state word and its bitmap).
 META_BYTES_PER_PAGE = 8 * (1 + BITMAP_WORDS)
@@ -182,6 +197,79 @@ def pages_for_capacity(capacity):
 def capacity_for_pages(npages):
     """Return the smallest capacity whose heap has ``npages`` pages."""
     return HEADER_BYTES + npages * (PAGE + META_BYTES_PER_PAGE)
+
+
+# ------------------------------------------------------------- bump word
+# bits  0..23  cursor: bytes handed out from the current chunk
+# bits 24..37  count: bump blocks served from it (a chunk holds <= 4096)
+# bits 38..62  page + 1 of the chunk's head (0: no chunk yet); bit 63 clear
+BUMP_CURSOR_MASK = (1 << 24) - 1
+BUMP_COUNT_SHIFT = 24
+BUMP_COUNT_MAX = (1 << 14) - 1
+BUMP_PAGE_SHIFT = 38
+#: Pages in a bump chunk (fewer in heaps of under 4 * BUMP_CHUNK_PAGES pages).
+BUMP_CHUNK_PAGES = 4
+
+
+@register_jitable
+def pack_bump(page, count, cursor):
+    """Return the bump word for chunk ``page`` (-1: none), ``count``, ``cursor``."""
+    return ((page + 1) << BUMP_PAGE_SHIFT) | (count << BUMP_COUNT_SHIFT) | cursor
+
+
+@register_jitable
+def bump_chunk_pages(npages):
+    """Return the pages of a bump chunk in a heap of ``npages`` pages."""
+    k = npages // 4
+    if k > BUMP_CHUNK_PAGES:
+        return BUMP_CHUNK_PAGES
+    if k < 1:
+        return 1
+    return k
+
+
+# ------------------------------------------------------------ scope state
+# A thread's scoped-scratch state (and every mark) is one int64:
+# bits  0..7   depth: open scopes
+# bits  8..27  cursor / 16: bytes used in the current chunk, header included
+# bits 28..62  offset / 16 + 1 of the current chunk (0: no chunk); bit 63 clear
+SCOPE_NONE = 0
+SCOPE_DEPTH_MAX = (1 << 8) - 1
+SCOPE_CURSOR_SHIFT = 8
+SCOPE_CURSOR_MASK = (1 << 20) - 1
+SCOPE_CHUNK_SHIFT = 28
+#: Bytes at the start of each scoped chunk: previous chunk offset + 1, size.
+SCOPE_HEADER = 16
+#: Smallest and largest scoped chunk (the cursor must fit in 20 x 16 bytes).
+SCOPE_MIN_CHUNK = 256
+SCOPE_MAX_CHUNK = (SCOPE_CURSOR_MASK + 1) * ALIGN - PAGE
+
+
+@register_jitable
+def pack_scope(chunk, cursor, depth):
+    """Return the scope state for chunk offset ``chunk`` (-1: none), ``cursor``, ``depth``."""
+    return (((chunk >> 4) + 1) << SCOPE_CHUNK_SHIFT) | ((cursor >> 4) << SCOPE_CURSOR_SHIFT) | depth
+
+
+@register_jitable
+def scope_chunk(s):
+    """Return the chunk offset of scope state ``s`` (-1: none)."""
+    c = s >> SCOPE_CHUNK_SHIFT
+    if c == 0:
+        return -1
+    return (c - 1) << 4
+
+
+@register_jitable
+def scope_cursor(s):
+    """Return the cursor (bytes) of scope state ``s``."""
+    return ((s >> SCOPE_CURSOR_SHIFT) & SCOPE_CURSOR_MASK) << 4
+
+
+@register_jitable
+def scope_depth(s):
+    """Return the depth of scope state ``s``."""
+    return s & SCOPE_DEPTH_MAX
 
 
 @register_jitable

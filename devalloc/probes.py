@@ -25,7 +25,7 @@ def k_empty(ctx, n, out):
     out[cuda.grid(1)] = n
 
 
-def k_bump(ctx, n, out):
+def k_atomic_floor(ctx, n, out):
     """The hand-written floor: one ``cuda.atomic.add`` bump per thread."""
     out[cuda.grid(1)] = cuda.atomic.add(ctx.meta, 0, n)
 
@@ -64,6 +64,31 @@ def k_conditional(ctx, n, out):
             devalloc.free(ctx, off)
 
 
+def k_bump(ctx, n, out):
+    """One ``bump`` per thread (warp-aggregated on the GPU)."""
+    out[cuda.grid(1)] = devalloc.bump(ctx, n)
+
+
+def k_scoped(ctx, n, out):
+    """An inner loop of scoped scratch: mark, scoped, view, release."""
+    i = cuda.grid(1)
+    s = devalloc.SCOPE_NONE
+    m = devalloc.mark(ctx, s)
+    s = m
+    acc = 0.0
+    for step in range(4):
+        inner = devalloc.mark(ctx, s)
+        s = inner
+        off, s = devalloc.scoped(ctx, s, n * (step + 1))
+        if off != devalloc.NULL:
+            a = devalloc.view(ctx, off, 2, np.float64)
+            a[0] = step
+            acc += a[0]
+        s = devalloc.release(ctx, s, inner)
+    s = devalloc.release(ctx, s, m)
+    out[i] = acc
+
+
 def k_debug_alloc_view_free(ctx, n, out):
     """The typical use on a debug heap (``Heap(..., debug=True)``)."""
     i = cuda.grid(1)
@@ -78,11 +103,13 @@ def k_debug_alloc_view_free(ctx, n, out):
 
 PROBES = {
     "empty": k_empty,
-    "bump": k_bump,
+    "atomic_floor": k_atomic_floor,
     "alloc": k_alloc,
     "free": k_free,
     "alloc_view_free": k_alloc_view_free,
     "conditional": k_conditional,
+    "bump": k_bump,
+    "scoped": k_scoped,
     "debug_alloc_view_free": k_debug_alloc_view_free,
 }
 

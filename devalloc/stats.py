@@ -28,7 +28,11 @@ class Usage:
     """A heap's usage since its last reset. All counts are exact.
 
     ``in_use`` counts live blocks at the granularity reserved for them (the
-    size class of a small block, whole pages of a large one). ``reserved``
+    size class of a small block, whole pages of a large one); ``allocs``,
+    ``frees`` and ``live_blocks`` count ``alloc``/``free`` blocks only. Bump
+    blocks and scoped scratch are counted apart: ``bump_allocs``,
+    ``bump_bytes`` and ``scoped_bytes`` (whole chunks), and they are in
+    ``reserved`` and ``peak``. ``reserved``
     counts whole pages held by slabs and large blocks, and ``peak`` is the
     high-water mark of ``reserved``: the capacity this epoch needed. Like
     RMM's statistics, ``capacity - in_use`` does not say which request will
@@ -45,6 +49,17 @@ class Usage:
     invalid_frees: int
     live_blocks: int
     classes: dict = field(default_factory=dict, compare=False)
+    #: Blocks handed out by ``bump`` (never freed one by one; ``reset`` frees them).
+    bump_allocs: int = 0
+    #: Bytes of the arena held by bump chunks (whole pages).
+    bump_bytes: int = 0
+    #: Bytes of the arena held by threads' scoped-scratch chunks (whole pages).
+    scoped_bytes: int = 0
+    #: Scoped-scratch misuse: a release out of LIFO order, a scoped call
+    #: outside any scope, too deep a nesting.
+    scope_misuse: int = 0
+    #: Live blocks of whole pages (over 8 KiB), scoped chunks included.
+    large_blocks: int = 0
 
     def suggest_capacity(self, headroom=0.25):
         """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.
@@ -60,6 +75,12 @@ class Usage:
         need = self.peak * (1.0 + headroom)
         pages = max(1, -(-int(round(need)) // L.PAGE))
         return L.capacity_for_pages(pages)
+
+    def __str__(self):
+        """Return the usage report: an aligned table (:mod:`devalloc.report`)."""
+        from .report import format_usage
+
+        return format_usage(self)
 
     def to_dict(self):
         """Return the usage as plain JSON-serialisable data."""
@@ -95,14 +116,24 @@ def usage_from_meta(meta, npages):
         classes[size] = ClassUsage(size, live, nslabs, nslabs * L.PAGE - live * size)
 
     reserved_pages = int((tag != L.TAG_FREE).sum())
+    bump_bytes = int(n[tag == L.TAG_BUMP].sum()) * L.PAGE
+    bump_word = int(meta[L.H_BUMP])
+    bump_allocs = int(meta[L.H_BUMP_DONE]) + ((bump_word >> L.BUMP_COUNT_SHIFT) & L.BUMP_COUNT_MAX)
     live = small_live + large_live
     allocs = int(count.sum()) + int(meta[L.H_ALLOC_FOLD]) - int(meta[L.H_ALLOC_UNDO])
     stripes = [L.stripe_word(s, 0) for s in range(L.STRIPES)]
     failed = int(sum(meta[w + L.S_FAILED] for w in stripes))
     invalid = int(sum(meta[w + L.S_INVALID] for w in stripes))
+    misuse = int(sum(meta[w + L.S_SCOPE_MISUSE] for w in stripes))
+    # Scoped chunks are blocks too; take them out of the alloc/free figures.
+    chunks = int(sum(meta[w + L.S_SCOPE_CHUNKS] for w in stripes))
+    chunks_live = int(sum(meta[w + L.S_SCOPE_LIVE] for w in stripes))
+    scoped_bytes = int(sum(meta[w + L.S_SCOPE_BYTES] for w in stripes))
+    allocs -= chunks
+    live -= chunks_live
     return Usage(
         capacity=npages * L.PAGE,
-        in_use=small_bytes + large_bytes,
+        in_use=small_bytes + large_bytes - scoped_bytes,
         reserved=reserved_pages * L.PAGE,
         peak=int(meta[L.H_PEAK_PAGES]) * L.PAGE,
         allocs=allocs,
@@ -111,6 +142,11 @@ def usage_from_meta(meta, npages):
         invalid_frees=invalid,
         live_blocks=live,
         classes=classes,
+        bump_allocs=bump_allocs,
+        bump_bytes=bump_bytes,
+        scoped_bytes=scoped_bytes,
+        scope_misuse=misuse,
+        large_blocks=large_live,
     )
 
 

@@ -38,7 +38,8 @@ def rows(result, kernel):
     return found
 
 
-@pytest.mark.parametrize("kernel", ["alloc", "free", "alloc_view_free", "conditional", "debug_alloc_view_free"])
+@pytest.mark.parametrize("kernel", [
+    "alloc", "free", "alloc_view_free", "conditional", "bump", "scoped", "debug_alloc_view_free"])
 def test_public_device_api_compiles_without_spills(probe_result, kernel):
     for r in rows(probe_result, kernel):
         assert r["spill_bytes"] == 0, r
@@ -49,7 +50,7 @@ def test_public_device_api_compiles_without_spills(probe_result, kernel):
 
 
 def test_floor_kernels_are_what_they_claim(probe_result):
-    for r in rows(probe_result, "bump"):
+    for r in rows(probe_result, "atomic_floor"):
         assert r["sass_atomics"] == 1, r
     for r in rows(probe_result, "empty"):
         assert r["sass_atomics"] == 0, r

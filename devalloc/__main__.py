@@ -1,0 +1,369 @@
+"""The main command: ``python -m devalloc demo``.
+
+Runs one of the example kernels of the repository's ``kernels/`` folder (a
+heap version and its worst-case-preallocation twin, same seed) on the GPU
+when one is usable and on Numba's CUDA simulator otherwise, and prints the
+answer with its statistical error, the heap usage report and the memory
+saved against worst-case preallocation::
+
+    python -m devalloc demo [--example NAME] [--threads N] [--seed S]
+                            [--json] [--plot FILE.png]
+
+Progress goes to stderr, a line per phase; ``--json`` prints one JSON object
+on stdout instead of the report. ``--plot`` needs matplotlib
+(``pip install 'devalloc[plot]'``). Exit status 0 when the heap version and
+its twin agree exactly, 1 when they do not, 2 on a usage error.
+
+Order matters: :func:`devalloc.target.choose` must run before anything
+imports numba (numba reads ``NUMBA_ENABLE_CUDASIM`` once, at import), so this
+module imports neither numba nor ``kernels`` at the top, and the package's
+``__init__`` is lazy.
+
+Where the examples come from: ``kernels/`` lives at the repository root,
+beside ``devalloc/``, and is not an installed package. The command puts that
+root (found from this file's own path) first on ``sys.path``, so the demo
+works from the repository root and from any other directory with an
+editable install (``pip install -e .``). An installation without the
+repository (a wheel) has no examples and says so.
+"""
+
+import argparse
+import importlib
+import inspect
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+#: Example name -> one line saying what needs scratch.
+EXAMPLES = {
+    "ragged_walks": "random walks of random length, gathered into one array",
+    "particle_transport": "secondary particles on a per-history stack that grows",
+    "barrier_option": "only paths near the barrier keep their points for a second pass",
+    "two_pass_variance": "a run-time number of samples, read twice",
+}
+#: The fastest example on the simulator (about 2 s at its defaults).
+DEFAULT_EXAMPLE = "ragged_walks"
+DEFAULT_THREADS = 256
+DEFAULT_SEED = 1
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Progress:
+    """Phase lines on stderr, stamped with the seconds since the start."""
+
+    def __init__(self, stream=None):
+        self.start = time.monotonic()
+        self.stream = stream or sys.stderr
+
+    def elapsed(self):
+        return time.monotonic() - self.start
+
+    def __call__(self, msg):
+        print(f"[{self.elapsed():6.1f}s] {msg}", file=self.stream, flush=True)
+
+
+def _positive_int(text):
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return n
+
+
+def _seed(text):
+    n = int(text)
+    if not 0 <= n < 1 << 64:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**64), got {text}")
+    return n
+
+
+def build_parser():
+    """Return the argument parser of ``python -m devalloc``."""
+    p = argparse.ArgumentParser(
+        prog="python -m devalloc",
+        description="devalloc: a lock-free device heap for Numba-CUDA kernels.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    d = sub.add_parser(
+        "demo",
+        help="run an example kernel against its worst-case twin",
+        description=(
+            "Run an example kernel (heap version and worst-case-preallocation "
+            "twin, same seed) on the GPU if one is usable, else on the CUDA "
+            "simulator; print the answer, the heap usage report and the memory "
+            "saved. Examples: "
+            + "; ".join(f"{k}: {v}" for k, v in EXAMPLES.items())
+        ),
+    )
+    d.add_argument("--example", choices=sorted(EXAMPLES), default=DEFAULT_EXAMPLE,
+                   help=f"which example (default: {DEFAULT_EXAMPLE})")
+    d.add_argument("--threads", type=_positive_int, default=DEFAULT_THREADS,
+                   help=f"threads, one Monte-Carlo history each (default: {DEFAULT_THREADS})")
+    d.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
+                   help=f"RNG seed (default: {DEFAULT_SEED})")
+    d.add_argument("--json", action="store_true",
+                   help="print one JSON object instead of the report")
+    d.add_argument("--plot", metavar="FILE.png",
+                   help="also draw size-class occupancy and footprints (needs matplotlib)")
+    return p
+
+
+def _require_matplotlib():
+    """Return None, or an error message when matplotlib cannot be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as e:
+        return (
+            f"--plot needs matplotlib, which cannot be imported ({e}). Install "
+            "the plotting extra: pip install 'devalloc[plot]' (from a clone: "
+            "pip install -e '.[plot]')"
+        )
+    return None
+
+
+def import_example(name):
+    """Import ``kernels.<name>`` from the repository root; call after choose()."""
+    if not (REPO_ROOT / "kernels" / "__init__.py").is_file():
+        raise SystemExit(
+            "devalloc demo: the examples live in the repository's kernels/ folder, "
+            f"which is not beside this devalloc ({REPO_ROOT}); run it from a clone "
+            "installed with pip install -e ."
+        )
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    module = importlib.import_module(f"kernels.{name}")
+    if REPO_ROOT not in Path(module.__file__).resolve().parents:
+        raise SystemExit(
+            f"devalloc demo: 'kernels' was imported from {module.__file__}, not from "
+            f"the repository at {REPO_ROOT}; another package named kernels is in the way"
+        )
+    return module
+
+
+def run_example(name, threads, seed, progress):
+    """Run example ``name``; return its result dict with the common keys filled in."""
+    module = import_example(name)
+    kwargs = {"threads": threads, "seed": seed}
+    params = inspect.signature(module.run).parameters
+    if "progress" in params:
+        kwargs["progress"] = progress
+    else:
+        progress(f"running {name}: heap version, then its worst-case twin")
+    if name == "two_pass_variance":
+        kwargs["capacity"] = (1 << 20) + 256 * threads
+    r = dict(module.run(**kwargs))
+    if name == "two_pass_variance":
+        r.setdefault("answer_name", "mean sample variance")
+        r.setdefault("answer", r["mean_variance"])
+        r.setdefault("expected", r["expected_variance"])
+        r.setdefault("expected_label", "exact, 1/12")
+    r.setdefault("expected", None)
+    r.setdefault("expected_label", "exact")
+    r.setdefault("snapshot", None)
+    r.setdefault("snapshot_label", None)
+    if hasattr(module, "summary_lines"):
+        r["summary_lines"] = module.summary_lines(r)
+    return r
+
+
+def _finite(x):
+    """Return ``x`` as a float, or None when it is not finite (JSON has no NaN)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _json_value(v):
+    """Return ``v`` as JSON data, or raise TypeError for what is not reported."""
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return _finite(v)
+    if isinstance(v, (list, tuple)) and all(isinstance(e, (int, float)) for e in v):
+        return [_json_value(e) for e in v]
+    raise TypeError(type(v).__name__)
+
+
+#: Result keys reported at the top level of the summary (or not at all).
+_TOP = {"answer_name", "answer", "stderr", "expected", "expected_label", "identical",
+        "heap_peak_bytes", "worst_case_bytes", "usage", "snapshot", "snapshot_label",
+        "summary_lines"}
+
+
+def summary(name, target, threads, seed, r, seconds):
+    """Return the JSON-ready summary of one run."""
+    usage = r["usage"]
+    saved = int(r["worst_case_bytes"]) - int(r["heap_peak_bytes"])
+    details = {}
+    for k, v in r.items():
+        if k in _TOP:
+            continue
+        try:
+            details[k] = _json_value(v)
+        except TypeError:
+            pass  # arrays and Usage objects: not part of the summary
+    snap = r.get("snapshot")
+    return {
+        "example": name,
+        "target": target,
+        "threads": threads,
+        "seed": seed,
+        "answer_name": r["answer_name"],
+        "answer": _finite(r["answer"]),
+        "stderr": _finite(r["stderr"]),
+        "expected": _finite(r.get("expected")),
+        "expected_label": r["expected_label"],
+        "identical": bool(r["identical"]),
+        "heap_peak_bytes": int(r["heap_peak_bytes"]),
+        "worst_case_bytes": int(r["worst_case_bytes"]),
+        "saved_bytes": saved,
+        "saved_fraction": saved / r["worst_case_bytes"] if r["worst_case_bytes"] else 0.0,
+        "usage": usage.to_dict(),
+        "snapshot": None if snap is None else {"label": r["snapshot_label"], "usage": snap.to_dict()},
+        "details": details,
+        "seconds": round(seconds, 3),
+    }
+
+
+def _where(target):
+    if target == "gpu":
+        return "the GPU"
+    return "the CUDA simulator (no usable CUDA GPU; kernels run as Python threads)"
+
+
+def format_text(s, r):
+    """Return the human-readable report of one run (``s`` from :func:`summary`)."""
+    from .report import format_usage, human_bytes
+
+    lines = [f"devalloc demo: {s['example']}, {s['threads']} threads, seed {s['seed']}, "
+             f"on {_where(s['target'])}"]
+    if r.get("summary_lines"):
+        lines += r["summary_lines"]
+    else:
+        ans = f"{s['answer_name']}: {r['answer']:.6g} +- {r['stderr']:.2g}"
+        if s["expected"] is not None:
+            ans += f" ({r['expected_label']}: {s['expected']:.6g})"
+        lines.append(ans)
+    lines.append("identical to the worst-case version: "
+                 + ("yes, bit for bit" if s["identical"] else "NO"))
+    if r.get("snapshot") is not None:
+        lines += ["", format_usage(r["snapshot"], f"heap usage {r['snapshot_label']}")]
+    lines += ["", format_usage(r["usage"], "heap usage at the end"), ""]
+    peak, worst, saved = s["heap_peak_bytes"], s["worst_case_bytes"], s["saved_bytes"]
+    lines.append(f"heap peak {peak} B ({human_bytes(peak)}) vs worst-case "
+                 f"preallocation {worst} B ({human_bytes(worst)})")
+    if saved >= 0:
+        lines.append(f"memory saved: {saved} B ({human_bytes(saved)}, "
+                     f"{100 * s['saved_fraction']:.1f} % of the worst case)")
+    else:
+        lines.append(f"the heap needed {-saved} B ({human_bytes(-saved)}) more than "
+                     "the worst case at this size: whole pages per size class "
+                     "outweigh small worst cases")
+    if s["target"] == "simulator" and r.get("snapshot") is None:
+        lines.append("(the simulator runs one block of threads at a time, so blocks "
+                     "freed inside a kernel overlap less than on a GPU, and by how much "
+                     "depends on Python's thread switching: this peak varies between runs)")
+    return "\n".join(lines)
+
+
+def plot(path, s, r):
+    """Draw size-class occupancy and the footprint comparison to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .report import human_bytes
+
+    fig, (occ, foot) = plt.subplots(1, 2, figsize=(12, 4.5))
+    snap = r.get("snapshot") or r["usage"]
+    label = r.get("snapshot_label") or "at the end"
+    sizes = sorted(snap.classes)
+    if sizes:
+        kib = 1.0 / 1024
+        used = [snap.classes[z].blocks_live * z * kib for z in sizes]
+        slack = [snap.classes[z].slack_bytes * kib for z in sizes]
+        xs = range(len(sizes))
+        occ.bar(xs, used, color="tab:blue", label="live blocks")
+        occ.bar(xs, slack, bottom=used, color="tab:gray", alpha=0.45,
+                label="slack (slab bytes not in a live block)")
+        for x, z in zip(xs, sizes):
+            occ.annotate(str(snap.classes[z].blocks_live), (x, used[x] + slack[x]),
+                         ha="center", va="bottom", fontsize=7)
+        occ.set_xticks(list(xs), [str(z) for z in sizes], rotation=60, fontsize=7)
+        occ.set_xlim(-0.75, max(len(sizes), 6) - 0.25)  # a lone class stays a bar
+        occ.set_xlabel("size class (bytes); blocks live above each bar")
+        occ.set_ylabel("KiB of slabs held")
+        occ.legend(fontsize=8)
+    else:
+        occ.text(0.5, 0.5, "no live blocks at the end of the run:\n"
+                 "every block was freed inside the kernel",
+                 ha="center", va="center", transform=occ.transAxes)
+        occ.set_xticks([])
+        occ.set_yticks([])
+    occ.set_title(f"size-class occupancy {label}", fontsize=10)
+
+    bars = [("worst-case\npreallocation", s["worst_case_bytes"], "tab:red"),
+            ("heap peak\n(pages reserved)", s["heap_peak_bytes"], "tab:blue")]
+    if r.get("snapshot") is not None:
+        bars.append((f"heap in use\n{label}", snap.in_use, "tab:cyan"))
+    names = [b[0] for b in bars]
+    values = [b[1] / 1024 for b in bars]
+    foot.barh(range(len(bars)), values, color=[b[2] for b in bars])
+    foot.set_yticks(range(len(bars)), names, fontsize=8)
+    foot.invert_yaxis()
+    for y, (_, v, _) in enumerate(bars):
+        foot.annotate(f" {v} B ({human_bytes(v)})", (v / 1024, y), va="center", fontsize=8)
+    foot.set_xlim(0, max(values) * 1.45 if max(values) > 0 else 1)
+    foot.set_xlabel("KiB")
+    saved = s["saved_bytes"]
+    foot.set_title(f"footprint: {human_bytes(abs(saved))} "
+                   + ("saved" if saved >= 0 else "more on the heap"), fontsize=10)
+    fig.suptitle(f"devalloc demo: {s['example']}, {s['threads']} threads, "
+                 f"seed {s['seed']}, on the {s['target']}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def demo(args):
+    """Run ``python -m devalloc demo``; return the exit status."""
+    if args.plot:
+        problem = _require_matplotlib()
+        if problem:
+            print(f"devalloc demo: {problem}", file=sys.stderr)
+            return 2
+    progress = _Progress()
+    from . import target as _target  # imports no numba
+
+    target = _target.choose()  # before numba is imported, by kernels below
+    progress(f"{args.example} on {_where(target)}")
+    r = run_example(args.example, args.threads, args.seed, progress)
+    s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())
+    progress(f"done in {s['seconds']:.1f} s")
+    if args.plot:
+        plot(args.plot, s, r)
+        progress(f"plot written to {args.plot}")
+    if args.json:
+        print(json.dumps(s))
+    else:
+        print(format_text(s, r))
+    return 0 if s["identical"] else 1
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "demo":
+        parser.print_help(sys.stderr)
+        return 2
+    return demo(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

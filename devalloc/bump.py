@@ -1,0 +1,114 @@
+"""Device side: monotonic (bump) allocation, released all at once by ``reset``.
+
+``bump(ctx, n)`` hands out blocks that are never freed one by one. They come
+from *bump chunks*: runs of pages taken from the same arena as slabs and
+large blocks (no fixed partition), tagged TAG_BUMP so that ``free`` rejects
+any offset inside them. The current chunk lives in one metadata word,
+``H_BUMP`` (layout: page + 1 | count | cursor, see :func:`layout.pack_bump`).
+
+Shared words and who touches them:
+
+* ``H_BUMP``: ``cas`` by bump allocators only. A ``cas`` (not an ``add``) so
+  that a request that does not fit changes nothing: the cursor never runs
+  past the chunk and the fields never overflow into one another.
+* ``H_BUMP_DONE``: ``add`` by the thread that replaced a chunk (its final
+  count) and by large bumps (1 each); read by the host.
+* page state words: through :func:`devalloc.device_large._alloc_pages`.
+
+Warp aggregation: lanes of a warp that bump the same (16-byte rounded) size
+at the same time form a group; its leader claims ``size * lanes`` bytes with
+one ``cas`` and each lane takes its slice by rank. So a converged warp
+bumping one size costs one atomic. On the simulator every lane is its own
+group (:mod:`devalloc.warp`).
+"""
+
+from numba import cuda, int64
+
+from . import layout as L
+from . import warp
+from .device import _count
+from .device_large import RETRIES, _alloc_pages, _free_pages
+
+
+@cuda.jit(device=True)
+def _claim(meta, npages, total, cnt):
+    """Claim ``total`` bytes for ``cnt`` blocks from the current chunk.
+
+    Installs a new chunk when the current one cannot hold them. Returns the
+    offset of the claimed bytes or NULL. Atomics: one ``cas`` on H_BUMP when
+    it fits; a chunk's page claims and one more ``cas`` when a chunk is
+    installed (and its pages given back if another thread installed first).
+    """
+    chunk_pages = L.bump_chunk_pages(npages)
+    chunk_bytes = chunk_pages << L.PAGE_SHIFT
+    w = meta[L.H_BUMP]  # guess, validated by the cas
+    for _ in range(RETRIES):
+        page = (w >> L.BUMP_PAGE_SHIFT) - 1
+        count = (w >> L.BUMP_COUNT_SHIFT) & L.BUMP_COUNT_MAX
+        cursor = w & L.BUMP_CURSOR_MASK
+        if page >= 0 and cursor + total <= chunk_bytes and count + cnt <= L.BUMP_COUNT_MAX:
+            # H_BUMP: cas, races with every bump allocator.
+            old = cuda.atomic.cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)
+            if old == w:
+                return (page << L.PAGE_SHIFT) + cursor
+            w = old
+            continue
+        q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP)
+        if q < 0:
+            return L.NULL
+        new = L.pack_bump(q, cnt, total)
+        # H_BUMP: cas from the full chunk to ours; exactly one installer wins.
+        old = cuda.atomic.cas(meta, L.H_BUMP, w, new)
+        if old == w:
+            if count:
+                # H_BUMP_DONE: add, once per chunk replaced.
+                cuda.atomic.add(meta, L.H_BUMP_DONE, count)
+            return q << L.PAGE_SHIFT
+        _free_pages(meta, q, L.TAG_BUMP)  # another thread changed the chunk first
+        w = old
+    return L.NULL
+
+
+@cuda.jit(device=True)
+def bump(ctx, nbytes):
+    """Allocate ``nbytes`` bytes that live until ``reset``; return the offset.
+
+    Any thread may call, in divergent code too. The offset is a multiple of
+    16. ``free`` of a bump offset is an invalid free (counted, no effect).
+
+    Atomics: one ``cas`` per group of lanes bumping the same size at once
+    (one per converged warp), plus a chunk's page claims every
+    ``BUMP_CHUNK_PAGES`` pages; blocks over half a chunk take their own pages
+    (their page claims and one ``add``). Then one ``threadfence`` (acquire).
+
+    :returns: the offset, or ``devalloc.NULL`` if ``nbytes <= 0``, if it is
+        larger than the arena, or if the heap is full; counted in ``failed``.
+    """
+    meta = ctx.meta
+    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
+    n = int64(nbytes)
+    off = int64(L.NULL)
+    if n > 0 and n <= (npages << L.PAGE_SHIFT):
+        size = (n + L.ALIGN - 1) & ~int64(L.ALIGN - 1)
+        chunk_bytes = L.bump_chunk_pages(npages) << L.PAGE_SHIFT
+        if size * 2 > chunk_bytes:
+            q = _alloc_pages(meta, npages, L.pages_for(size), L.TAG_BUMP)
+            if q >= 0:
+                cuda.atomic.add(meta, L.H_BUMP_DONE, 1)  # H_BUMP_DONE: add
+                off = q << L.PAGE_SHIFT
+        else:
+            mask, leader, rank, lanes = warp.group(size)
+            if size * lanes <= chunk_bytes:
+                base = int64(L.NULL)
+                if rank == 0:
+                    base = _claim(meta, npages, size * lanes, lanes)
+                base = warp.share(mask, leader, base)
+                if base != L.NULL:
+                    off = base + rank * size
+            else:
+                off = _claim(meta, npages, size, 1)
+    if off == L.NULL:
+        _count(meta, L.S_FAILED)
+    else:
+        cuda.threadfence()  # acquire: our accesses to the block follow the claim
+    return off

@@ -1,0 +1,180 @@
+"""Device side: scoped scratch, a thread-private stack released in LIFO order.
+
+Usage inside a kernel (``s`` is a plain int64 local the thread keeps)::
+
+    s = devalloc.SCOPE_NONE
+    m = devalloc.mark(ctx, s)          # open a scope; m is its mark
+    s = m
+    off, s = devalloc.scoped(ctx, s, nbytes)   # no atomic
+    ...
+    s = devalloc.release(ctx, s, m)    # close it: everything since m is gone
+
+The state ``s`` (and every mark) packs the thread's current chunk, the bytes
+used in it and the depth of open scopes (:func:`layout.pack_scope`). Chunks
+are ordinary heap blocks taken with :func:`devalloc.device.alloc` (a slab
+block while small, whole pages when large: atomics only then); each starts
+with a 16-byte header holding the previous chunk's offset + 1 and the
+chunk's size, so a thread's chunks form a chain. The first chunk holds four
+times the first request (at least SCOPE_MIN_CHUNK bytes); a chunk that is
+full is followed by one twice as large (or as large as the request needs),
+up to SCOPE_MAX_CHUNK. ``release`` frees every chunk taken after the mark,
+and the last one when the outermost scope closes.
+
+Chunks belong to one thread: their headers are read and written with plain
+loads and stores, never shared. Three striped counters (chunks taken, held,
+their bytes) let ``usage()`` report scoped scratch as ``scoped_bytes`` and
+keep it out of ``allocs``, ``frees``, ``live_blocks`` and ``in_use``.
+Misuse (a scoped call with no open scope, a release of a mark that is not
+the innermost open scope, nesting deeper than 255) changes nothing and is
+counted in ``usage().scope_misuse``.
+"""
+
+from numba import cuda, int64
+
+from . import layout as L
+from . import device
+from .device import _count
+
+#: Chains longer than this are not followed (a release through one is misuse).
+MAX_CHAIN = 64
+
+
+@cuda.jit(device=True)
+def _word(arena, off):
+    v = int64(0)
+    for j in range(8):
+        v |= int64(arena[off + j]) << (8 * j)
+    return v
+
+
+@cuda.jit(device=True)
+def _set_word(arena, off, v):
+    for j in range(8):
+        arena[off + j] = (v >> (8 * j)) & 0xFF
+
+
+@cuda.jit(device=True)
+def _reserved(n):
+    # The bytes alloc reserves for n bytes: its size class, or whole pages.
+    if n <= L.MAX_SMALL:
+        return L.class_size(L.size_class(n))
+    return L.pages_for(n) << L.PAGE_SHIFT
+
+
+@cuda.jit(device=True)
+def _chunk_changed(meta, taken, delta_bytes):
+    # Striped scope counters: add, by block, once per chunk taken or freed.
+    stripe = cuda.blockIdx.x % L.STRIPES
+    if taken > 0:
+        cuda.atomic.add(meta, L.stripe_word(stripe, L.S_SCOPE_CHUNKS), 1)
+    cuda.atomic.add(meta, L.stripe_word(stripe, L.S_SCOPE_LIVE), taken)
+    cuda.atomic.add(meta, L.stripe_word(stripe, L.S_SCOPE_BYTES), delta_bytes)
+
+
+@cuda.jit(device=True)
+def _free_chunk(ctx, chunk):
+    size = _word(ctx.arena, chunk + 8)
+    device.free(ctx, chunk)
+    _chunk_changed(ctx.meta, -1, -_reserved(size))
+
+
+@cuda.jit(device=True)
+def mark(ctx, s):
+    """Open a scope; return its mark, which is also the new state.
+
+    The calling thread only. No atomics. At the depth limit (255 open
+    scopes) it changes nothing, counts a misuse and returns ``s``.
+    """
+    s = int64(s)
+    if L.scope_depth(s) >= L.SCOPE_DEPTH_MAX:
+        _count(ctx.meta, L.S_SCOPE_MISUSE)
+        return s
+    return s + 1
+
+
+@cuda.jit(device=True)
+def scoped(ctx, s, nbytes):
+    """Allocate ``nbytes`` in the innermost open scope; return ``(offset, state)``.
+
+    The calling thread only. No atomics while the current chunk has room; a
+    new chunk costs one ``alloc`` and three striped counter ``add``s. The
+    offset is a multiple of 16. On failure returns ``(NULL, s)`` and counts
+    it in ``failed`` (and in ``scope_misuse`` when no scope is open);
+    ``nbytes <= 0`` or more than the largest chunk holds fail.
+    """
+    s = int64(s)
+    n = int64(nbytes)
+    meta = ctx.meta
+    depth = L.scope_depth(s)
+    if depth == 0:
+        _count(meta, L.S_SCOPE_MISUSE)
+        _count(meta, L.S_FAILED)
+        return int64(L.NULL), s
+    if n <= 0 or n > L.SCOPE_MAX_CHUNK - L.SCOPE_HEADER:
+        _count(meta, L.S_FAILED)
+        return int64(L.NULL), s
+    size = (n + L.ALIGN - 1) & ~int64(L.ALIGN - 1)
+    chunk = L.scope_chunk(s)
+    cursor = L.scope_cursor(s)
+    have = int64(0)
+    if chunk >= 0:
+        have = _word(ctx.arena, chunk + 8)
+        if cursor + size <= have:
+            return chunk + cursor, s + ((size >> 4) << L.SCOPE_CURSOR_SHIFT)
+    need = size + L.SCOPE_HEADER
+    want = max(2 * have, 4 * size + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK)
+    want = min(want, L.SCOPE_MAX_CHUNK)
+    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
+    new = device._alloc_uncounted(meta, npages, want)
+    if new == L.NULL and need < want:
+        want = need
+        new = device._alloc_uncounted(meta, npages, want)
+    if new == L.NULL:
+        _count(meta, L.S_FAILED)
+        return new, s
+    cuda.threadfence()  # acquire, as in alloc
+    _set_word(ctx.arena, new, chunk + 1)
+    _set_word(ctx.arena, new + 8, want)
+    _chunk_changed(meta, 1, _reserved(want))
+    return new + L.SCOPE_HEADER, L.pack_scope(new, L.SCOPE_HEADER + size, depth)
+
+
+@cuda.jit(device=True)
+def release(ctx, s, m):
+    """Close the scope whose mark is ``m``; return the state before ``mark``.
+
+    The calling thread only. ``m`` must be the innermost open scope of state
+    ``s``: otherwise nothing changes, a misuse is counted and ``s`` is
+    returned. Frees the chunks taken since ``m`` (and the last one too when
+    the outermost scope closes): one ``free`` and three striped ``add``s
+    each; no atomics otherwise.
+    """
+    s = int64(s)
+    m = int64(m)
+    meta = ctx.meta
+    depth = L.scope_depth(s)
+    if depth == 0 or L.scope_depth(m) != depth:
+        _count(meta, L.S_SCOPE_MISUSE)
+        return s
+    arena = ctx.arena
+    chunk = L.scope_chunk(s)
+    mchunk = L.scope_chunk(m)
+    # Find m's chunk in our chain (and check m's cursor) before changing anything.
+    c = chunk
+    steps = 0
+    while c != mchunk and c >= 0 and steps < MAX_CHAIN:
+        c = _word(arena, c) - 1
+        steps += 1
+    if c != mchunk or (mchunk == chunk and L.scope_cursor(m) > L.scope_cursor(s)):
+        _count(meta, L.S_SCOPE_MISUSE)
+        return s
+    c = chunk
+    while c != mchunk:
+        prev = _word(arena, c) - 1
+        _free_chunk(ctx, c)
+        c = prev
+    if depth == 1:
+        if mchunk >= 0:
+            _free_chunk(ctx, mchunk)
+        return int64(L.SCOPE_NONE)
+    return m - 1

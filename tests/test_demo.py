@@ -1,0 +1,105 @@
+"""The main command, ``python -m devalloc demo``, end to end.
+
+The JSON run is a subprocess started outside the repository with
+NUMBA_ENABLE_CUDASIM removed, so the command must choose the target itself
+(before numba is imported) and find the examples from devalloc's own path.
+The text reports of all examples run in-process, on the simulator the
+suite selected.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from devalloc import __main__ as cli
+
+KEYS = {"example", "target", "threads", "seed", "answer_name", "answer", "stderr",
+        "expected", "expected_label", "identical", "heap_peak_bytes", "worst_case_bytes",
+        "saved_bytes", "saved_fraction", "usage", "snapshot", "details", "seconds"}
+USAGE_KEYS = {"capacity", "in_use", "reserved", "peak", "allocs", "frees", "failed",
+              "invalid_frees", "live_blocks", "classes", "bump_allocs", "bump_bytes",
+              "scoped_bytes", "scope_misuse", "large_blocks"}
+
+
+def run_cli(args, cwd, extra_env=None, timeout=300):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, "-m", "devalloc", *args], cwd=cwd,
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_demo_json_end_to_end_from_outside_the_repository(tmp_path):
+    proc = run_cli(["demo", "--json", "--threads", "96", "--seed", "3"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads(proc.stdout)
+    assert set(s) == KEYS and set(s["usage"]) == USAGE_KEYS
+    assert s["example"] == cli.DEFAULT_EXAMPLE
+    assert s["target"] in ("gpu", "simulator")
+    assert (s["threads"], s["seed"]) == (96, 3)
+    assert s["identical"] is True
+    u = s["usage"]
+    assert s["heap_peak_bytes"] == u["peak"] > 0
+    assert s["worst_case_bytes"] == 96 * 1024 * 4  # ragged_walks: MAX_STEPS int32 per thread
+    assert s["saved_bytes"] == s["worst_case_bytes"] - s["heap_peak_bytes"]
+    assert s["saved_fraction"] == pytest.approx(s["saved_bytes"] / s["worst_case_bytes"])
+    assert u["in_use"] == 0 and u["live_blocks"] == 0 and u["classes"] == {}
+    assert u["allocs"] == u["frees"] == 96 and u["failed"] == 0
+    # Before the gather every walk's block was live.
+    snap = s["snapshot"]["usage"]
+    assert snap["live_blocks"] == 96 and snap["peak"] == u["peak"]
+    assert sum(c["blocks_live"] for c in snap["classes"].values()) == 96
+    assert s["details"]["items"] == pytest.approx(s["answer"] * 96)
+    assert s["answer"] > 0 and s["stderr"] > 0 and s["expected"] == 48.0
+    # Progress: a line per phase on stderr, saying where it ran.
+    assert "done in" in proc.stderr and "gather:" in proc.stderr
+    if s["target"] == "simulator":
+        assert "CUDA simulator" in proc.stderr
+
+
+def test_importing_the_command_imports_no_numba(tmp_path):
+    code = "import sys, devalloc.__main__; print('numba' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "False", proc.stderr
+
+
+@pytest.mark.parametrize("args", [["demo", "--threads", "0"], ["demo", "--example", "nope"],
+                                  ["demo", "--seed", "-1"], []])
+def test_usage_errors_exit_2(args, tmp_path):
+    proc = run_cli(args, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+
+
+def test_plot_without_matplotlib_says_what_to_install(tmp_path):
+    fake = tmp_path / "fake" / "matplotlib"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    proc = run_cli(["demo", "--plot", str(tmp_path / "x.png")], cwd=tmp_path,
+                   extra_env={"PYTHONPATH": str(fake.parent)}, timeout=120)
+    assert proc.returncode == 2
+    assert "pip install 'devalloc[plot]'" in proc.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_draws_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "demo.png"
+    proc = run_cli(["demo", "--threads", "64", "--plot", str(out)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("example", sorted(cli.EXAMPLES))
+def test_text_report_of_every_example(example, capsys):
+    assert cli.main(["demo", "--example", example, "--threads", "32", "--seed", "5"]) == 0
+    out = capsys.readouterr()
+    text = out.out
+    assert text.startswith(f"devalloc demo: {example}, 32 threads, seed 5, on ")
+    assert "identical to the worst-case version: yes" in text
+    assert "heap usage at the end\n" in text and "  invalid frees" in text
+    assert "worst-case preallocation" in text
+    assert "memory saved:" in text or "more than the worst case" in text
+    assert "done in" in out.err

@@ -1,0 +1,120 @@
+"""The usage report: str(usage) is an aligned table of the exact figures."""
+
+import json
+import re
+
+import numpy as np
+from numba import cuda
+
+import devalloc
+from devalloc import layout as L
+from devalloc.report import format_usage, human_bytes
+from devalloc.stats import ClassUsage, Usage
+
+BYTE_ROWS = {"capacity": "capacity", "in use": "in_use", "reserved": "reserved", "peak": "peak"}
+COUNT_ROWS = {"live blocks": "live_blocks", "allocs": "allocs", "frees": "frees",
+              "failed": "failed", "invalid frees": "invalid_frees"}
+
+
+def parse(text):
+    """Return ({label: int}, {size class or 'large': [columns]}, lines) from a report."""
+    figures, classes = {}, {}
+    lines = text.splitlines()
+    in_classes = False
+    for line in lines[1:]:
+        if line.strip().startswith("size class"):
+            in_classes = True
+            continue
+        if in_classes:
+            cols = line.split()
+            classes[cols[0] if cols[0] == "large" else int(cols[0])] = cols[1:]
+            continue
+        m = re.match(r"^  (\S+(?: \S+)?) +(-?\d+)( B  \((.+)\))?$", line)
+        if m:
+            figures[m.group(1)] = int(m.group(2))
+    return figures, classes, lines
+
+
+def check_report(u):
+    text = str(u)
+    assert text == format_usage(u)
+    figures, classes, lines = parse(text)
+    for label, attr in {**BYTE_ROWS, **COUNT_ROWS}.items():
+        assert figures[label] == getattr(u, attr), label
+    for size, c in u.classes.items():
+        live, slabs, slack = (int(v) for v in classes[size][:3])
+        assert (live, slabs, slack) == (c.blocks_live, c.slabs, c.slack_bytes)
+    # Aligned: every figure ends in the same column, every class row too.
+    ends = {re.search(r"\d+(?= B  \(|$)", line).end()
+            for line in lines[1:10]}
+    assert len(ends) == 1, text
+    table = [line for line in lines if line.strip().split()[0].isdigit()
+             or line.strip().startswith(("size class", "large"))]
+    assert len({len(line) for line in table}) <= 1, text
+    return text, classes
+
+
+def test_report_shows_the_exact_figures_of_a_usage():
+    u = Usage(capacity=1_146_880, in_use=83_248, reserved=344_064, peak=360_448,
+              allocs=300, frees=42, failed=3, invalid_frees=1, live_blocks=258,
+              classes={16: ClassUsage(16, 19, 1, 16_080), 1280: ClassUsage(1280, 1, 1, 15_104)},
+              large_blocks=238)
+    text, classes = check_report(u)
+    assert text.splitlines()[0] == "heap usage"
+    assert "  capacity       1146880 B  (1.09 MiB)" in text
+    assert "  invalid frees        1" in text
+    assert classes[16] == ["19", "1", "16080", "98.1%"]
+    assert classes[1280] == ["1", "1", "15104", "92.2%"]
+    # 258 live blocks, 20 in size classes: 238 large ones.
+    assert classes["large"][0] == "238"
+
+
+def test_report_of_an_empty_heap_says_no_class_holds_a_slab():
+    u = Usage(L.PAGE, 0, 0, 0, 0, 0, 0, 0, 0)
+    text, classes = check_report(u)
+    assert classes == {}
+    assert text.endswith("  no size class holds a slab")
+    assert format_usage(u, title="heap usage at the end").startswith("heap usage at the end\n")
+
+
+def test_usage_keeps_its_dataclass_repr_and_to_dict():
+    u = Usage(16_384, 32, 16_384, 16_384, 2, 0, 0, 0, 2, {16: ClassUsage(16, 2, 1, 16_352)})
+    assert repr(u).startswith("Usage(capacity=16384, in_use=32, reserved=16384")
+    d = json.loads(json.dumps(u.to_dict()))
+    assert d["classes"]["16"] == {"size": 16, "blocks_live": 2, "slabs": 1, "slack_bytes": 16_352}
+
+
+def test_human_bytes():
+    assert [human_bytes(n) for n in (0, 1023, 1024, 1536, 1_146_880, 1 << 30, -2048)] == [
+        "0 B", "1023 B", "1 KiB", "1.5 KiB", "1.09 MiB", "1 GiB", "-2 KiB"]
+
+
+@cuda.jit
+def mixed(ctx, offs):
+    # Threads 0-9: 100 B (class 112), kept. 10-12: 16 B, freed. 13-14: 20000 B
+    # (large: two pages), kept. 15: frees an offset inside a block (invalid).
+    i = cuda.grid(1)
+    if i < 10:
+        offs[i] = devalloc.alloc(ctx, 100)
+    elif i < 13:
+        devalloc.free(ctx, devalloc.alloc(ctx, 16))
+    elif i < 15:
+        offs[i] = devalloc.alloc(ctx, 20_000)
+    elif i == 15:
+        devalloc.free(ctx, 8)
+
+
+def test_report_from_a_real_heap_matches_the_attributes():
+    heap = devalloc.Heap(1 << 20)
+    offs = cuda.to_device(np.full(16, -1, np.int64))
+    mixed[1, 16](heap.ctx, offs)
+    u = heap.usage()
+    text, classes = check_report(u)
+    assert (u.allocs, u.frees, u.failed, u.invalid_frees, u.live_blocks) == (15, 3, 0, 1, 12)
+    assert u.in_use == 10 * 112 + 2 * 2 * L.PAGE
+    assert classes[112][:2] == ["10", "1"]
+    assert classes["large"][0] == "2"
+    assert 16 not in classes  # its slab was retired when emptied
+    heap.reset()
+    text, classes = check_report(heap.usage())
+    assert classes == {}

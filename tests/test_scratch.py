@@ -1,0 +1,298 @@
+"""Monotonic (bump) and scoped scratch (issue 7), on the simulator."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import devalloc
+from devalloc import layout as L
+
+
+@cuda.jit
+def bump_each(ctx, sizes, out):
+    i = cuda.grid(1)
+    if i < sizes.shape[0]:
+        out[i] = devalloc.bump(ctx, sizes[i])
+
+
+@cuda.jit
+def free_each(ctx, offs):
+    i = cuda.grid(1)
+    if i < offs.shape[0]:
+        devalloc.free(ctx, offs[i])
+
+
+@cuda.jit
+def write_verify(ctx, offs, sizes, bad):
+    # Each thread fills its block with its id, then checks it (after a pass).
+    i = cuda.grid(1)
+    if i < offs.shape[0] and offs[i] != devalloc.NULL:
+        a = devalloc.view(ctx, offs[i], sizes[i], np.uint8)
+        for j in range(a.shape[0]):
+            a[j] = (i * 7 + j) % 251
+        cuda.syncthreads()
+        for j in range(a.shape[0]):
+            if a[j] != (i * 7 + j) % 251:
+                bad[i] = 1
+
+
+@cuda.jit
+def nested_scopes(ctx, depth, nbytes, out, bad):
+    # Opens `depth` nested scopes, allocates in each, verifies all on the way
+    # out; records the final state (must be SCOPE_NONE).
+    i = cuda.grid(1)
+    s = devalloc.SCOPE_NONE
+    marks = cuda.local.array(8, np.int64)
+    offs = cuda.local.array(8, np.int64)
+    for d in range(depth):
+        marks[d] = devalloc.mark(ctx, s)
+        s = marks[d]
+        off, s = devalloc.scoped(ctx, s, nbytes * (d + 1))
+        offs[d] = off
+        if off == devalloc.NULL:
+            bad[i] += 1
+        else:
+            a = devalloc.view(ctx, off, nbytes * (d + 1), np.uint8)
+            for j in range(a.shape[0]):
+                a[j] = (i + d + j) % 256
+    for d in range(depth - 1, -1, -1):
+        if offs[d] != devalloc.NULL:
+            a = devalloc.view(ctx, offs[d], nbytes * (d + 1), np.uint8)
+            for j in range(a.shape[0]):
+                if a[j] != (i + d + j) % 256:
+                    bad[i] += 1000
+        s = devalloc.release(ctx, s, marks[d])
+    out[i] = s
+
+
+@cuda.jit
+def hold_scope_then_query(ctx, nbytes, count, out):
+    # One scope, `count` allocations of nbytes (forcing chunk growth);
+    # writes the offsets, keeps the scope open (state in out[count]).
+    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    for k in range(count):
+        off, s = devalloc.scoped(ctx, s, nbytes)
+        out[k] = off
+    out[count] = s
+
+
+@cuda.jit
+def release_state(ctx, s, m, out):
+    out[0] = devalloc.release(ctx, s, m)
+
+
+@cuda.jit
+def misuse(ctx, out):
+    # scoped outside any scope; release of an outer mark with an inner open.
+    off, s = devalloc.scoped(ctx, devalloc.SCOPE_NONE, 64)
+    out[0] = off
+    outer = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    inner = devalloc.mark(ctx, outer)
+    s = inner
+    off, s = devalloc.scoped(ctx, s, 64)
+    s2 = devalloc.release(ctx, s, outer)     # not the innermost: refused
+    out[1] = s2 == s
+    s = devalloc.release(ctx, s, inner)
+    s = devalloc.release(ctx, s, outer)
+    out[2] = s
+    s3 = devalloc.release(ctx, s, outer)     # nothing open: refused
+    out[3] = s3
+
+
+@cuda.jit
+def mixed(ctx, sizes, out, bad):
+    # Every thread: a slab/large alloc, a bump, and a scoped block, all
+    # filled with a thread pattern and verified after the others exist.
+    i = cuda.grid(1)
+    n = sizes[i]
+    a_off = devalloc.alloc(ctx, n)
+    b_off = devalloc.bump(ctx, n)
+    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    m = s
+    c_off, s = devalloc.scoped(ctx, s, n)
+    out[i, 0] = a_off
+    out[i, 1] = b_off
+    out[i, 2] = c_off
+    for k in range(3):
+        off = out[i, k]
+        if off != devalloc.NULL:
+            v = devalloc.view(ctx, off, n, np.uint8)
+            for j in range(n):
+                v[j] = (i * 3 + k + j) % 253
+    cuda.syncthreads()
+    for k in range(3):
+        off = out[i, k]
+        if off != devalloc.NULL:
+            v = devalloc.view(ctx, off, n, np.uint8)
+            for j in range(n):
+                if v[j] != (i * 3 + k + j) % 253:
+                    bad[i] = 1
+        else:
+            bad[i] = 2
+    devalloc.free(ctx, a_off)
+    s = devalloc.release(ctx, s, m)
+    out[i, 3] = s
+
+
+def _run_bump(heap, sizes, grid=2, block=32):
+    d_sizes = cuda.to_device(np.asarray(sizes, np.int64))
+    out = cuda.device_array(len(sizes), np.int64)
+    bump_each[grid, block](heap.ctx, d_sizes, out)
+    return out.copy_to_host()
+
+
+# -------------------------------------------------------------------- bump
+def test_bump_blocks_are_aligned_disjoint_and_counted():
+    # 40000 B > half a chunk: own pages (3 each, 24 in all); the rest fits
+    # in two 4-page chunks.
+    heap = devalloc.Heap(L.capacity_for_pages(40))
+    sizes = [1, 16, 17, 100, 255, 4096, 9000, 40000] * 8
+    offs = _run_bump(heap, sizes)
+    assert (offs != devalloc.NULL).all()
+    assert (offs % 16 == 0).all()
+    spans = sorted((o, o + ((n + 15) // 16) * 16) for o, n in zip(offs, sizes))
+    for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+        assert a1 <= b0
+    assert spans[-1][1] <= heap.capacity
+    u = heap.usage()
+    assert u.bump_allocs == len(sizes)
+    assert (u.allocs, u.frees, u.live_blocks, u.in_use, u.failed) == (0, 0, 0, 0, 0)
+    assert u.bump_bytes == u.reserved > 0 and u.peak >= u.reserved
+
+
+def test_bump_data_survives_and_free_of_bump_offsets_is_invalid():
+    heap = devalloc.Heap(L.capacity_for_pages(8))
+    sizes = np.array([24, 200, 16, 3000] * 8, np.int64)
+    offs = _run_bump(heap, sizes)
+    bad = cuda.to_device(np.zeros(len(sizes), np.int64))
+    write_verify[1, len(sizes)](heap.ctx, cuda.to_device(offs), cuda.to_device(sizes), bad)
+    assert bad.copy_to_host().sum() == 0
+    before = heap.usage()
+    free_each[1, len(sizes)](heap.ctx, cuda.to_device(offs))
+    u = heap.usage()
+    assert u.invalid_frees == len(sizes)
+    assert (u.bump_allocs, u.bump_bytes, u.reserved) == (before.bump_allocs, before.bump_bytes, before.reserved)
+
+
+def test_bump_bad_input_and_exhaustion_then_reset():
+    heap = devalloc.Heap(L.capacity_for_pages(4))
+    offs = _run_bump(heap, [0, -3, heap.capacity + 1, 1 << 40], grid=1, block=4)
+    assert (offs == devalloc.NULL).all()
+    assert heap.usage().failed == 4
+    # Fill with 1 KiB bumps until NULL: every page becomes bump chunk.
+    offs = _run_bump(heap, [1024] * 96, grid=3, block=32)
+    served = int((offs != devalloc.NULL).sum())
+    assert served == 4 * L.PAGE // 1024
+    u = heap.usage()
+    assert u.failed == 4 + 96 - served and u.bump_bytes == heap.capacity
+    heap.reset()
+    u = heap.usage()
+    assert (u.bump_allocs, u.bump_bytes, u.reserved, u.failed) == (0, 0, 0, 0)
+    offs = _run_bump(heap, [1024] * 64, grid=2, block=32)
+    assert (offs != devalloc.NULL).all()
+
+
+def test_bump_shares_the_arena_with_slabs():
+    # 4 user classes + 3 chunk classes (256, 512, 1280) + 1 bump chunk = 8 pages.
+    heap = devalloc.Heap(L.capacity_for_pages(8))
+    out = cuda.device_array((32, 4), np.int64)
+    bad = cuda.to_device(np.zeros(32, np.int64))
+    sizes = cuda.to_device(np.array([16, 48, 100, 300] * 8, np.int64))
+    mixed[1, 32](heap.ctx, sizes, out, bad)
+    assert bad.copy_to_host().sum() == 0
+    o = out.copy_to_host()
+    assert (o[:, 3] == devalloc.SCOPE_NONE).all()
+    u = heap.usage()
+    assert (u.allocs, u.frees, u.live_blocks, u.scoped_bytes) == (32, 32, 0, 0)
+    assert u.bump_allocs == 32 and u.reserved == u.bump_bytes
+
+
+# ------------------------------------------------------------------ scoped
+def test_nested_scopes_verify_and_return_every_chunk():
+    heap = devalloc.Heap(L.capacity_for_pages(24))
+    out = cuda.device_array(32, np.int64)
+    bad = cuda.to_device(np.zeros(32, np.int64))
+    nested_scopes[1, 32](heap.ctx, 5, 700, out, bad)
+    assert bad.copy_to_host().sum() == 0
+    assert (out.copy_to_host() == devalloc.SCOPE_NONE).all()
+    u = heap.usage()
+    assert (u.scoped_bytes, u.reserved, u.scope_misuse, u.failed) == (0, 0, 0, 0)
+    assert u.peak > 0
+
+
+def test_scoped_chunks_grow_and_chain():
+    heap = devalloc.Heap(L.capacity_for_pages(32))
+    count = 20
+    out = cuda.device_array(count + 1, np.int64)
+    hold_scope_then_query[1, 1](heap.ctx, 4000, count, out)
+    o = out.copy_to_host()
+    offs, s = o[:count], int(o[count])
+    assert (offs != devalloc.NULL).all() and (offs % 16 == 0).all()
+    # 4000 B blocks: chunks of 16016 B (4 blocks), 32032, 64064, 128128 B:
+    # 4 + 8 + 16 blocks cover 20 in three chunks, each a new run of pages.
+    u = heap.usage()
+    assert u.scoped_bytes == (1 + 2 + 4) * L.PAGE
+    assert (u.allocs, u.live_blocks, u.in_use) == (0, 0, 0)  # chunks are not user blocks
+    assert L.scope_depth(s) == 1 and L.scope_chunk(s) >= 0
+    res = cuda.device_array(1, np.int64)
+    release_state[1, 1](heap.ctx, s, L.pack_scope(-1, 0, 1), res)
+    assert res.copy_to_host()[0] == devalloc.SCOPE_NONE
+    assert heap.usage().scoped_bytes == 0 and heap.usage().reserved == 0
+
+
+def test_exhaustion_inside_a_scope_then_release_then_success():
+    heap = devalloc.Heap(L.capacity_for_pages(4))
+    count = 30  # 30 x 4000 B > 4 pages (chunks of 1, 2, then 4 pages)
+    out = cuda.device_array(count + 1, np.int64)
+    hold_scope_then_query[1, 1](heap.ctx, 4000, count, out)
+    o = out.copy_to_host()
+    assert (o[:count] == devalloc.NULL).any()
+    u = heap.usage()
+    assert u.failed == int((o[:count] == devalloc.NULL).sum())
+    res = cuda.device_array(1, np.int64)
+    release_state[1, 1](heap.ctx, int(o[count]), L.pack_scope(-1, 0, 1), res)
+    assert heap.usage().reserved == 0
+    hold_scope_then_query[1, 1](heap.ctx, 4000, 3, out)
+    assert (out.copy_to_host()[:3] != devalloc.NULL).all()
+
+
+def test_scope_misuse_is_counted_and_changes_nothing():
+    heap = devalloc.Heap(L.capacity_for_pages(4))
+    out = cuda.device_array(4, np.int64)
+    misuse[1, 1](heap.ctx, out)
+    o = out.copy_to_host()
+    assert o[0] == devalloc.NULL
+    assert o[1] == 1 and o[2] == devalloc.SCOPE_NONE and o[3] == devalloc.SCOPE_NONE
+    u = heap.usage()
+    assert u.scope_misuse == 3 and u.failed == 1
+    assert u.scoped_bytes == 0 and u.reserved == 0
+
+
+def test_usage_report_shows_bump_and_scoped_bytes():
+    heap = devalloc.Heap(L.capacity_for_pages(8))
+    _run_bump(heap, [64] * 8, grid=1, block=8)
+    out = cuda.device_array(4, np.int64)
+    hold_scope_then_query[1, 1](heap.ctx, 100, 3, out)
+    u = heap.usage()
+    text = str(u)
+    assert f"{u.bump_bytes} B" in text and f"{u.scoped_bytes} B" in text
+    d = u.to_dict()
+    # One chunk: four times the first request (112 B) plus the header: 512 B.
+    assert d["bump_allocs"] == 8 and d["scoped_bytes"] == L.class_size(L.size_class(4 * 112 + 16))
+
+
+def test_many_threads_interleave_bump_scoped_and_slab(fine_interleaving):
+    heap = devalloc.Heap(L.capacity_for_pages(40))
+    rng = np.random.default_rng(3)
+    sizes = rng.integers(1, 600, 64).astype(np.int64)
+    out = cuda.device_array((64, 4), np.int64)
+    bad = cuda.to_device(np.zeros(64, np.int64))
+    mixed[2, 32](heap.ctx, cuda.to_device(sizes), out, bad)
+    assert bad.copy_to_host().sum() == 0
+    o = out.copy_to_host()
+    live = sorted((int(o[i, k]), int(o[i, k]) + int(sizes[i])) for i in range(64) for k in (1,))
+    for (a0, a1), (b0, b1) in zip(live, live[1:]):
+        assert a1 <= b0
+    u = heap.usage()
+    assert (u.allocs, u.frees, u.failed, u.scoped_bytes) == (64, 64, 0, 0)
+    assert u.bump_allocs == 64
