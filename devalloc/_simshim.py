@@ -54,3 +54,63 @@ def installed():
     from numba.cuda.simulator import kernelapi
 
     return all(getattr(kernelapi, n) is ATOMIC_LOCK for n in LOCK_NAMES)
+
+
+class AtomicCounts:
+    """Counts of simulated atomic operations, by kind (``add``, ``cas``...)."""
+
+    def __init__(self):
+        self.by_kind = {}
+
+    @property
+    def total(self):
+        return sum(self.by_kind.values())
+
+    def __repr__(self):
+        return f"AtomicCounts(total={self.total}, by_kind={self.by_kind})"
+
+
+#: Atomic kinds counted by :func:`count_atomics` (FakeCUDAAtomic methods).
+ATOMIC_KINDS = ("add", "sub", "and_", "or_", "xor", "inc", "dec", "exch",
+                "max", "min", "cas", "compare_and_swap")
+
+
+class count_atomics:
+    """Context manager: count every simulated atomic operation while active.
+
+    Simulator only (a GPU has no such hook). Wraps the simulator's atomic
+    methods; each count is taken under a lock of its own, so it is exact.
+    ``with count_atomics() as n: kernel[...](...)`` then ``n.total``.
+    """
+
+    def __enter__(self):
+        if not config.ENABLE_CUDASIM:
+            raise RuntimeError("count_atomics() needs the CUDA simulator")
+        install()
+        from numba.cuda.simulator import kernelapi
+
+        self.counts = AtomicCounts()
+        self._saved = {}
+        cls = kernelapi.FakeCUDAAtomic
+        for kind in ATOMIC_KINDS:
+            original = getattr(cls, kind)
+            self._saved[kind] = original
+
+            def counted(this, *args, _kind=kind, _original=original):
+                result = _original(this, *args)
+                with _COUNT_LOCK:
+                    self.counts.by_kind[_kind] = self.counts.by_kind.get(_kind, 0) + 1
+                return result
+
+            setattr(cls, kind, counted)
+        return self.counts
+
+    def __exit__(self, *exc):
+        from numba.cuda.simulator import kernelapi
+
+        for kind, original in self._saved.items():
+            setattr(kernelapi.FakeCUDAAtomic, kind, original)
+        return False
+
+
+_COUNT_LOCK = threading.Lock()

@@ -238,8 +238,8 @@ SCOPE_DEPTH_MAX = (1 << 8) - 1
 SCOPE_CURSOR_SHIFT = 8
 SCOPE_CURSOR_MASK = (1 << 20) - 1
 SCOPE_CHUNK_SHIFT = 28
-#: Bytes at the start of each scoped chunk: previous chunk offset + 1, size.
-SCOPE_HEADER = 16
+#: Bytes at the start of each scoped chunk: previous, next chunk + 1, size.
+SCOPE_HEADER = 32
 #: Smallest and largest scoped chunk (the cursor must fit in 20 x 16 bytes).
 SCOPE_MIN_CHUNK = 256
 SCOPE_MAX_CHUNK = (SCOPE_CURSOR_MASK + 1) * ALIGN - PAGE

@@ -13,12 +13,13 @@ The state ``s`` (and every mark) packs the thread's current chunk, the bytes
 used in it and the depth of open scopes (:func:`layout.pack_scope`). Chunks
 are ordinary heap blocks taken with :func:`devalloc.device.alloc` (a slab
 block while small, whole pages when large: atomics only then); each starts
-with a 16-byte header holding the previous chunk's offset + 1 and the
-chunk's size, so a thread's chunks form a chain. The first chunk holds four
-times the first request (at least SCOPE_MIN_CHUNK bytes); a chunk that is
-full is followed by one twice as large (or as large as the request needs),
-up to SCOPE_MAX_CHUNK. ``release`` frees every chunk taken after the mark,
-and the last one when the outermost scope closes.
+with a 32-byte header holding the previous and next chunk's offset + 1 and
+the chunk's size, so a thread's chunks form a chain. The first chunk holds
+four times the first request (at least SCOPE_MIN_CHUNK bytes); a chunk that
+is full is followed by one twice as large (or as large as the request
+needs), up to SCOPE_MAX_CHUNK. ``release`` of an inner scope only moves the
+state back to the mark: the chunks after it stay in the chain and are
+reused by the next scopes; the outermost ``release`` frees them all.
 
 Chunks belong to one thread: their headers are read and written with plain
 loads and stores, never shared. Three striped counters (chunks taken, held,
@@ -37,6 +38,10 @@ from .device import _count
 
 #: Chains longer than this are not followed (a release through one is misuse).
 MAX_CHAIN = 64
+#: Chunk header words (byte offsets): previous and next chunk + 1, size.
+H_PREV = 0
+H_NEXT = 8
+H_SIZE = 16
 
 
 @cuda.jit(device=True)
@@ -73,7 +78,7 @@ def _chunk_changed(meta, taken, delta_bytes):
 
 @cuda.jit(device=True)
 def _free_chunk(ctx, chunk):
-    size = _word(ctx.arena, chunk + 8)
+    size = _word(ctx.arena, chunk + H_SIZE)
     device.free(ctx, chunk)
     _chunk_changed(ctx.meta, -1, -_reserved(size))
 
@@ -93,18 +98,67 @@ def mark(ctx, s):
 
 
 @cuda.jit(device=True)
+def _new_chunk(ctx, prev, size, have):
+    """Take a chunk for a request of ``size`` bytes after chunk ``prev``; offset or NULL."""
+    meta = ctx.meta
+    need = size + L.SCOPE_HEADER
+    want = max(2 * have, 4 * size + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK)
+    want = min(want, L.SCOPE_MAX_CHUNK)
+    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
+    new = device._alloc_uncounted(meta, npages, want)
+    if new == L.NULL and need < want:
+        want = need
+        new = device._alloc_uncounted(meta, npages, want)
+    if new == L.NULL:
+        return new
+    cuda.threadfence()  # acquire, as in alloc
+    arena = ctx.arena
+    _set_word(arena, new + H_PREV, prev + 1)
+    _set_word(arena, new + H_NEXT, 0)
+    _set_word(arena, new + H_SIZE, want)
+    if prev >= 0:
+        _set_word(arena, prev + H_NEXT, new + 1)
+    _chunk_changed(meta, 1, _reserved(want))
+    return new
+
+
+@cuda.jit(device=True)
+def _free_from(ctx, c):
+    """Free chunk ``c`` and every chunk after it in the chain."""
+    for _ in range(MAX_CHAIN):
+        if c < 0:
+            return
+        nxt = _word(ctx.arena, c + H_NEXT) - 1
+        _free_chunk(ctx, c)
+        c = nxt
+
+
+@cuda.jit(device=True)
+def _first(arena, c):
+    """Return the first chunk of the chain through ``c`` (``c`` >= 0)."""
+    for _ in range(MAX_CHAIN):
+        p = _word(arena, c + H_PREV) - 1
+        if p < 0:
+            return c
+        c = p
+    return c
+
+
+@cuda.jit(device=True)
 def scoped(ctx, s, nbytes):
     """Allocate ``nbytes`` in the innermost open scope; return ``(offset, state)``.
 
-    The calling thread only. No atomics while the current chunk has room; a
-    new chunk costs one ``alloc`` and three striped counter ``add``s. The
-    offset is a multiple of 16. On failure returns ``(NULL, s)`` and counts
-    it in ``failed`` (and in ``scope_misuse`` when no scope is open);
-    ``nbytes <= 0`` or more than the largest chunk holds fail.
+    The calling thread only. No atomics while its chunks have room (chunks
+    of released inner scopes are kept and reused); a new chunk costs one
+    ``alloc`` and three striped counter ``add``s. The offset is a multiple
+    of 16. On failure returns ``(NULL, s)`` and counts it in ``failed`` (and
+    in ``scope_misuse`` when no scope is open); ``nbytes <= 0`` or more than
+    the largest chunk holds fail.
     """
     s = int64(s)
     n = int64(nbytes)
     meta = ctx.meta
+    arena = ctx.arena
     depth = L.scope_depth(s)
     if depth == 0:
         _count(meta, L.S_SCOPE_MISUSE)
@@ -118,24 +172,19 @@ def scoped(ctx, s, nbytes):
     cursor = L.scope_cursor(s)
     have = int64(0)
     if chunk >= 0:
-        have = _word(ctx.arena, chunk + 8)
+        have = _word(arena, chunk + H_SIZE)
         if cursor + size <= have:
             return chunk + cursor, s + ((size >> 4) << L.SCOPE_CURSOR_SHIFT)
-    need = size + L.SCOPE_HEADER
-    want = max(2 * have, 4 * size + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK)
-    want = min(want, L.SCOPE_MAX_CHUNK)
-    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
-    new = device._alloc_uncounted(meta, npages, want)
-    if new == L.NULL and need < want:
-        want = need
-        new = device._alloc_uncounted(meta, npages, want)
+        spare = _word(arena, chunk + H_NEXT) - 1
+        if spare >= 0:
+            if L.SCOPE_HEADER + size <= _word(arena, spare + H_SIZE):
+                return spare + L.SCOPE_HEADER, L.pack_scope(spare, L.SCOPE_HEADER + size, depth)
+            _free_from(ctx, spare)  # too small: replaced by a larger one
+            _set_word(arena, chunk + H_NEXT, 0)
+    new = _new_chunk(ctx, chunk, size, have)
     if new == L.NULL:
         _count(meta, L.S_FAILED)
         return new, s
-    cuda.threadfence()  # acquire, as in alloc
-    _set_word(ctx.arena, new, chunk + 1)
-    _set_word(ctx.arena, new + 8, want)
-    _chunk_changed(meta, 1, _reserved(want))
     return new + L.SCOPE_HEADER, L.pack_scope(new, L.SCOPE_HEADER + size, depth)
 
 
@@ -145,9 +194,9 @@ def release(ctx, s, m):
 
     The calling thread only. ``m`` must be the innermost open scope of state
     ``s``: otherwise nothing changes, a misuse is counted and ``s`` is
-    returned. Frees the chunks taken since ``m`` (and the last one too when
-    the outermost scope closes): one ``free`` and three striped ``add``s
-    each; no atomics otherwise.
+    returned. The chunks stay with the thread for its next scopes until the
+    outermost scope closes, which frees them all: one ``free`` and three
+    striped ``add``s each. No atomics otherwise.
     """
     s = int64(s)
     m = int64(m)
@@ -159,22 +208,19 @@ def release(ctx, s, m):
     arena = ctx.arena
     chunk = L.scope_chunk(s)
     mchunk = L.scope_chunk(m)
-    # Find m's chunk in our chain (and check m's cursor) before changing anything.
+    # m's chunk must be in our chain at or before ours (-1: the chain's start).
     c = chunk
     steps = 0
     while c != mchunk and c >= 0 and steps < MAX_CHAIN:
-        c = _word(arena, c) - 1
+        c = _word(arena, c + H_PREV) - 1
         steps += 1
     if c != mchunk or (mchunk == chunk and L.scope_cursor(m) > L.scope_cursor(s)):
         _count(meta, L.S_SCOPE_MISUSE)
         return s
-    c = chunk
-    while c != mchunk:
-        prev = _word(arena, c) - 1
-        _free_chunk(ctx, c)
-        c = prev
     if depth == 1:
-        if mchunk >= 0:
-            _free_chunk(ctx, mchunk)
+        if chunk >= 0:
+            _free_from(ctx, _first(arena, chunk))
         return int64(L.SCOPE_NONE)
+    if mchunk < 0 and chunk >= 0:
+        return L.pack_scope(_first(arena, chunk), L.SCOPE_HEADER, depth - 1)
     return m - 1

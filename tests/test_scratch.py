@@ -193,8 +193,8 @@ def test_bump_bad_input_and_exhaustion_then_reset():
 
 
 def test_bump_shares_the_arena_with_slabs():
-    # 4 user classes + 3 chunk classes (256, 512, 1280) + 1 bump chunk = 8 pages.
-    heap = devalloc.Heap(L.capacity_for_pages(8))
+    # 4 user classes + 4 chunk classes (256, 224, 512, 1280) + 1 bump chunk.
+    heap = devalloc.Heap(L.capacity_for_pages(9))
     out = cuda.device_array((32, 4), np.int64)
     bad = cuda.to_device(np.zeros(32, np.int64))
     sizes = cuda.to_device(np.array([16, 48, 100, 300] * 8, np.int64))
@@ -296,3 +296,53 @@ def test_many_threads_interleave_bump_scoped_and_slab(fine_interleaving):
     u = heap.usage()
     assert (u.allocs, u.frees, u.failed, u.scoped_bytes) == (64, 64, 0, 0)
     assert u.bump_allocs == 64
+
+
+@cuda.jit
+def steps_in_scopes(ctx, steps, nbytes, out):
+    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    outer = s
+    for k in range(steps):
+        inner = devalloc.mark(ctx, s)
+        s = inner
+        off, s = devalloc.scoped(ctx, s, nbytes)
+        out[k] = off
+        s = devalloc.release(ctx, s, inner)
+    out[steps] = devalloc.release(ctx, s, outer)
+
+
+def test_inner_scopes_reuse_the_chunk_without_atomics():
+    from devalloc._simshim import count_atomics
+
+    heap = devalloc.Heap(L.capacity_for_pages(4))
+    out = cuda.device_array(11, np.int64)
+    with count_atomics() as n:
+        steps_in_scopes[1, 1](heap.ctx, 10, 200, out)
+    o = out.copy_to_host()
+    assert len(set(o[:10].tolist())) == 1  # every step reuses the same bytes
+    assert o[10] == devalloc.SCOPE_NONE
+    # One chunk taken and freed for 10 scoped allocations. Taking it: the
+    # slot cas, the page's pages-used add and peak max, the bit or, three
+    # striped scope counters (7). Freeing it: the bit and, the slot add, the
+    # retire's pages-used add and cas, two striped counters (6).
+    assert n.total == 13, n
+    u = heap.usage()
+    assert (u.scoped_bytes, u.reserved, u.allocs, u.failed, u.scope_misuse) == (0, 0, 0, 0, 0)
+
+
+def test_step_scratch_example_matches_and_costs_fewer_atomics():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from kernels import step_scratch
+
+    r = step_scratch.run(threads=24, block=8)
+    assert r["identical"] and r["failed"] == 0
+    scoped, af = r["scoped"], r["alloc_free"]
+    assert scoped["atomics_per_alloc"] < 2.5 < 4 <= af["atomics_per_alloc"]
+    for v in (scoped, af):
+        u = v["usage"]
+        assert (u.in_use, u.live_blocks, u.scoped_bytes, u.failed) == (0, 0, 0, 0)
+        assert u.allocs == (0 if v is scoped else 24 * step_scratch.NSTEPS)
+        assert v["peak"] > 0
