@@ -89,7 +89,13 @@ def view_simulated(ctx, off, count, dtype):
     import numpy as np
 
     arena = ctx.arena
-    itemsize = np.dtype(dtype).itemsize
+    try:
+        dtype = np.dtype(dtype)  # np.float32, 'f4', np.dtype(...)
+    except TypeError:
+        from numba.np.numpy_support import as_dtype
+
+        dtype = as_dtype(dtype)  # numba.float32, numba.int64 ...
+    itemsize = dtype.itemsize
     size = arena.shape[0]
     off = int(off)
     count = int(count)

