@@ -9,23 +9,84 @@ safe in divergent code: a lane never waits for a lane that is not there.
 
 On the GPU these are ``activemask``, ``match_any_sync``, ``lanemask_lt``,
 ``popc`` and ``shfl_sync``. The CUDA simulator has no warp intrinsics, so on
-the simulator every lane forms a group of one (mask 1, leader 0, rank 0,
-size 1): always correct, divergent code included, just not aggregated. The
-compiled GPU code is the same either way.
+the simulator every lane forms a group of one by default (mask 1, leader 0,
+rank 0, size 1): always correct, divergent code included, not aggregated. The
+compiled GPU code is the same either way. Tests can make whole converged
+warps rendezvous instead (``with warp.simulate("warp"):``) so that groups of
+up to 32 lanes, and their one atomic per group, are exercised too.
 """
 
 from numba import config, cuda, int64
 
 
 if config.ENABLE_CUDASIM:
+    import contextlib
+    import math
+    import threading
+
+    #: "single": every lane is a group of one (safe anywhere). "warp": the
+    #: lanes of a warp rendezvous, so groups of up to 32 form as on a GPU;
+    #: only for code where every lane of the warp reaches the same calls
+    #: (convergent code), as in tests. Set with :func:`simulate`.
+    MODE = "single"
+    _TABLE_LOCK = threading.Lock()
+    #: Seconds a lane waits for the rest of its warp before failing loudly.
+    TIMEOUT = 30.0
+
+    class _Warp:
+        def __init__(self, lanes):
+            self.barrier = threading.Barrier(lanes, timeout=TIMEOUT)
+            self.keys = {}
+            self.values = {}
+
+    def _warp_of_this_thread():
+        t = threading.current_thread()
+        manager = t._manager  # the simulator's BlockManager: one per block
+        lane = t.thread_id % 32
+        warp = t.thread_id // 32
+        with _TABLE_LOCK:
+            table = manager.__dict__.setdefault("_devalloc_warps", {})
+            w = table.get(warp)
+            if w is None:
+                threads = math.prod(manager._block_dim)
+                w = table[warp] = _Warp(min(32, threads - 32 * warp))
+        return w, lane
+
+    @contextlib.contextmanager
+    def simulate(mode):
+        """Run the block in ``mode`` ("single" or "warp") inside the ``with``."""
+        global MODE
+        if mode not in ("single", "warp"):
+            raise ValueError(f"mode must be 'single' or 'warp', got {mode!r}")
+        old, MODE = MODE, mode
+        try:
+            yield
+        finally:
+            MODE = old
 
     def group(key):
-        """Return ``(mask, leader, rank, size)``: here, a group of one."""
-        return 1, 0, 0, 1
+        """Return ``(mask, leader, rank, size)``: see the module docstring."""
+        if MODE == "single":
+            return 1, 0, 0, 1
+        w, lane = _warp_of_this_thread()
+        w.keys[lane] = key
+        w.barrier.wait()
+        same = sorted(other for other, k in w.keys.items() if k == key)
+        w.barrier.wait()  # everyone has read the keys before they are reused
+        mask = sum(1 << other for other in same)
+        return mask, same[0], same.index(lane), len(same)
 
     def share(mask, leader, value):
-        """Return the leader's ``value`` (here, the lane's own)."""
-        return value
+        """Return the leader's ``value`` to every lane of its group."""
+        if MODE == "single":
+            return value
+        w, lane = _warp_of_this_thread()
+        if lane == leader:
+            w.values[leader] = value
+        w.barrier.wait()
+        v = w.values[leader]
+        w.barrier.wait()
+        return v
 
 else:
 

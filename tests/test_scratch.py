@@ -346,3 +346,42 @@ def test_step_scratch_example_matches_and_costs_fewer_atomics():
         assert (u.in_use, u.live_blocks, u.scoped_bytes, u.failed) == (0, 0, 0, 0)
         assert u.allocs == (0 if v is scoped else 24 * step_scratch.NSTEPS)
         assert v["peak"] > 0
+
+
+@cuda.jit
+def bump_same_size(ctx, n, out):
+    i = cuda.grid(1)
+    out[i] = devalloc.bump(ctx, n)
+
+
+def test_a_converged_warp_bumping_one_size_costs_one_atomic():
+    # The simulator's "warp" mode makes the 32 lanes of a warp rendezvous, so
+    # aggregation happens as on a GPU (one block at a time: no contention).
+    from devalloc import warp
+    from devalloc._simshim import count_atomics
+
+    heap = devalloc.Heap(L.capacity_for_pages(16))
+    out = cuda.device_array(96, np.int64)
+    with warp.simulate("warp"), count_atomics() as n:
+        bump_same_size[3, 32](heap.ctx, 48, out)
+    offs = np.sort(out.copy_to_host())
+    assert (np.diff(offs) == 48).all()  # 96 contiguous blocks
+    chunk = L.bump_chunk_pages(16)
+    # Warp 1 installs the first chunk: one cas per page claimed, then the
+    # cas that installs it (its claim too), then pages-used add and peak max.
+    # Warps 2 and 3: one cas each for the whole warp.
+    assert n.by_kind == {"cas": chunk + 1 + 2, "add": 1, "max": 1}, n
+    assert heap.usage().bump_allocs == 96
+
+
+def test_bump_in_single_lane_mode_costs_one_cas_per_lane():
+    from devalloc._simshim import count_atomics
+
+    heap = devalloc.Heap(L.capacity_for_pages(16))
+    out = cuda.device_array(32, np.int64)
+    with count_atomics() as n:
+        bump_same_size[1, 32](heap.ctx, 48, out)
+    # Groups of one: the cas count is at least one per lane (retries only
+    # when lanes collide).
+    assert n.by_kind["cas"] >= 32 + L.bump_chunk_pages(16)
+    assert len(set(out.copy_to_host().tolist())) == 32
