@@ -6,7 +6,8 @@ for a debug heap (a :class:`~devalloc.host.DebugCtx`) it is
 :func:`devalloc.debug_device.alloc`. On the GPU the choice is made when the
 kernel is compiled, from the ctx's Numba type (an ``@overload``), so the
 normal path carries no debug branch. On the simulator, where kernels run as
-Python, it is made at call time.
+Python, it is made at call time. ``scratch_poison``/``scratch_check`` are
+the debug hooks of scoped scratch, chosen the same way (no-ops normally).
 """
 
 from numba import config, types
@@ -33,6 +34,18 @@ def free(ctx, off):
         device.free(ctx, off)
 
 
+def scratch_poison(ctx, off, n):
+    """Debug heaps: poison released scoped bytes. Normal heaps: nothing."""
+    if type(ctx) is DebugCtx:
+        debug_device.scratch_poison(ctx, off, n)
+
+
+def scratch_check(ctx, off, n):
+    """Debug heaps: check scoped bytes are still poison. Normal heaps: nothing."""
+    if type(ctx) is DebugCtx:
+        debug_device.scratch_check(ctx, off, n)
+
+
 def _is_debug(ctx):
     return isinstance(ctx, types.NamedTuple) and ctx.instance_class is DebugCtx
 
@@ -51,3 +64,15 @@ if not config.ENABLE_CUDASIM:
         if _is_debug(ctx):
             return lambda ctx, off: debug_device.free(ctx, off)
         return lambda ctx, off: device.free(ctx, off)
+
+    @overload(scratch_poison, target="cuda")
+    def _poison_overload(ctx, off, n):
+        if _is_debug(ctx):
+            return lambda ctx, off, n: debug_device.scratch_poison(ctx, off, n)
+        return lambda ctx, off, n: None
+
+    @overload(scratch_check, target="cuda")
+    def _check_overload(ctx, off, n):
+        if _is_debug(ctx):
+            return lambda ctx, off, n: debug_device.scratch_check(ctx, off, n)
+        return lambda ctx, off, n: None

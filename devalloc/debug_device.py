@@ -34,6 +34,7 @@ DEBUG_WORDS = RECORD_BASE + RECORDS * RECORD_WORDS
 
 KIND_INVALID_FREE = 1
 KIND_GUARD = 2
+KIND_SCOPED_REUSE = 3
 
 
 @cuda.jit(device=True)
@@ -132,3 +133,26 @@ def free(ctx, off):
         for j in range(size):
             arena[o + j] = POISON_BYTE
     device.free(ctx, o)
+
+
+@cuda.jit(device=True)
+def scratch_poison(ctx, off, n):
+    """Fill ``n`` scoped-scratch bytes at ``off`` with POISON_BYTE (released)."""
+    arena = ctx.arena
+    for j in range(n):
+        arena[off + j] = POISON_BYTE
+
+
+@cuda.jit(device=True)
+def scratch_check(ctx, off, n):
+    """Record (kind 3) if scoped bytes about to be handed out are not poison.
+
+    Bytes of a scoped chunk are poisoned when the chunk is made and when a
+    scope releases them, so a changed byte means a scoped block was written
+    after its release (or past the end of its block).
+    """
+    arena = ctx.arena
+    for j in range(n):
+        if arena[off + j] != POISON_BYTE:
+            _record(ctx.debug, KIND_SCOPED_REUSE, off)
+            return

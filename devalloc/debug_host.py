@@ -6,7 +6,11 @@ import numpy as np
 
 from . import debug_device as D
 
-KINDS = {D.KIND_INVALID_FREE: "invalid free", D.KIND_GUARD: "guard bytes overwritten"}
+KINDS = {
+    D.KIND_INVALID_FREE: "invalid free",
+    D.KIND_GUARD: "guard bytes overwritten",
+    D.KIND_SCOPED_REUSE: "scoped scratch written after its release",
+}
 
 
 @dataclass(frozen=True)

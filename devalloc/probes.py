@@ -101,6 +101,17 @@ def k_debug_alloc_view_free(ctx, n, out):
         devalloc.free(ctx, off)
 
 
+def k_debug_scoped(ctx, n, out):
+    """Scoped scratch on a debug heap (poison and checks compiled in)."""
+    i = cuda.grid(1)
+    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    m = s
+    off, s = devalloc.scoped(ctx, s, n)
+    if off != devalloc.NULL:
+        devalloc.view(ctx, off, 1, np.int64)[0] = i
+    out[i] = devalloc.release(ctx, s, m)
+
+
 PROBES = {
     "empty": k_empty,
     "atomic_floor": k_atomic_floor,
@@ -111,6 +122,7 @@ PROBES = {
     "bump": k_bump,
     "scoped": k_scoped,
     "debug_alloc_view_free": k_debug_alloc_view_free,
+    "debug_scoped": k_debug_scoped,
 }
 
 SIG = (devalloc.ctx_type, types.int64, types.int64[::1])

@@ -32,8 +32,8 @@ counted in ``usage().scope_misuse``.
 
 from numba import cuda, int64
 
+from . import api
 from . import layout as L
-from . import device
 from .device import _count
 
 #: Chains longer than this are not followed (a release through one is misuse).
@@ -79,7 +79,7 @@ def _chunk_changed(meta, taken, delta_bytes):
 @cuda.jit(device=True)
 def _free_chunk(ctx, chunk):
     size = _word(ctx.arena, chunk + H_SIZE)
-    device.free(ctx, chunk)
+    api.free(ctx, chunk)
     _chunk_changed(ctx.meta, -1, -_reserved(size))
 
 
@@ -99,19 +99,25 @@ def mark(ctx, s):
 
 @cuda.jit(device=True)
 def _new_chunk(ctx, prev, size, have):
-    """Take a chunk for a request of ``size`` bytes after chunk ``prev``; offset or NULL."""
+    """Take a chunk for a request of ``size`` bytes after chunk ``prev``; offset or NULL.
+
+    Through the public ``alloc`` (so a debug heap gives chunks guard bytes);
+    when the preferred size fails and a smaller retry is made, one of the
+    two failures ``alloc`` counted is taken back: one request, one count.
+    """
     meta = ctx.meta
     need = size + L.SCOPE_HEADER
     want = max(2 * have, 4 * size + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK)
     want = min(want, L.SCOPE_MAX_CHUNK)
-    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
-    new = device._alloc_uncounted(meta, npages, want)
+    new = api.alloc(ctx, want)
     if new == L.NULL and need < want:
         want = need
-        new = device._alloc_uncounted(meta, npages, want)
+        new = api.alloc(ctx, want)
+        # Failure stripe: add -1; two tries are one request, counted at most once.
+        stripe = cuda.blockIdx.x % L.STRIPES
+        cuda.atomic.add(meta, L.stripe_word(stripe, L.S_FAILED), -1)
     if new == L.NULL:
         return new
-    cuda.threadfence()  # acquire, as in alloc
     arena = ctx.arena
     _set_word(arena, new + H_PREV, prev + 1)
     _set_word(arena, new + H_NEXT, 0)
@@ -119,6 +125,7 @@ def _new_chunk(ctx, prev, size, have):
     if prev >= 0:
         _set_word(arena, prev + H_NEXT, new + 1)
     _chunk_changed(meta, 1, _reserved(want))
+    api.scratch_poison(ctx, new + L.SCOPE_HEADER, want - L.SCOPE_HEADER)
     return new
 
 
@@ -150,7 +157,8 @@ def scoped(ctx, s, nbytes):
 
     The calling thread only. No atomics while its chunks have room (chunks
     of released inner scopes are kept and reused); a new chunk costs one
-    ``alloc`` and three striped counter ``add``s. The offset is a multiple
+    ``alloc`` and three striped counter ``add``s. On a debug heap, the bytes
+    handed out are checked to be still poisoned (see ``release``). The offset is a multiple
     of 16. On failure returns ``(NULL, s)`` and counts it in ``failed`` (and
     in ``scope_misuse`` when no scope is open); ``nbytes <= 0`` or more than
     the largest chunk holds fail.
@@ -174,17 +182,18 @@ def scoped(ctx, s, nbytes):
     if chunk >= 0:
         have = _word(arena, chunk + H_SIZE)
         if cursor + size <= have:
+            api.scratch_check(ctx, chunk + cursor, size)
             return chunk + cursor, s + ((size >> 4) << L.SCOPE_CURSOR_SHIFT)
         spare = _word(arena, chunk + H_NEXT) - 1
         if spare >= 0:
             if L.SCOPE_HEADER + size <= _word(arena, spare + H_SIZE):
+                api.scratch_check(ctx, spare + L.SCOPE_HEADER, size)
                 return spare + L.SCOPE_HEADER, L.pack_scope(spare, L.SCOPE_HEADER + size, depth)
             _free_from(ctx, spare)  # too small: replaced by a larger one
             _set_word(arena, chunk + H_NEXT, 0)
     new = _new_chunk(ctx, chunk, size, have)
     if new == L.NULL:
-        _count(meta, L.S_FAILED)
-        return new, s
+        return new, s  # alloc counted the failure
     return new + L.SCOPE_HEADER, L.pack_scope(new, L.SCOPE_HEADER + size, depth)
 
 
@@ -196,7 +205,9 @@ def release(ctx, s, m):
     ``s``: otherwise nothing changes, a misuse is counted and ``s`` is
     returned. The chunks stay with the thread for its next scopes until the
     outermost scope closes, which frees them all: one ``free`` and three
-    striped ``add``s each. No atomics otherwise.
+    striped ``add``s each. No atomics otherwise. On a debug heap the bytes
+    given back are poisoned, so that a write to them before they are handed
+    out again is recorded by the next ``scoped`` (``heap.check()`` reports it).
     """
     s = int64(s)
     m = int64(m)
@@ -221,6 +232,28 @@ def release(ctx, s, m):
         if chunk >= 0:
             _free_from(ctx, _first(arena, chunk))
         return int64(L.SCOPE_NONE)
+    if chunk >= 0:
+        _poison_since(ctx, chunk, mchunk, L.scope_cursor(m))
     if mchunk < 0 and chunk >= 0:
         return L.pack_scope(_first(arena, chunk), L.SCOPE_HEADER, depth - 1)
     return m - 1
+
+
+@cuda.jit(device=True)
+def _poison_since(ctx, chunk, mchunk, mcursor):
+    """Debug heaps: poison what a release gives back. Normal heaps: nothing.
+
+    From the mark's position to the end of its chunk, and every later chunk
+    up to ``chunk`` (later bytes were never handed out, or were given back).
+    """
+    arena = ctx.arena
+    c = chunk
+    for _ in range(MAX_CHAIN):
+        if c < 0:
+            return
+        size = _word(arena, c + H_SIZE)
+        if c == mchunk:
+            api.scratch_poison(ctx, c + mcursor, size - mcursor)
+            return
+        api.scratch_poison(ctx, c + L.SCOPE_HEADER, size - L.SCOPE_HEADER)
+        c = _word(arena, c + H_PREV) - 1

@@ -39,7 +39,8 @@ def rows(result, kernel):
 
 
 @pytest.mark.parametrize("kernel", [
-    "alloc", "free", "alloc_view_free", "conditional", "bump", "scoped", "debug_alloc_view_free"])
+    "alloc", "free", "alloc_view_free", "conditional", "bump", "scoped", "debug_alloc_view_free",
+    "debug_scoped"])
 def test_public_device_api_compiles_without_spills(probe_result, kernel):
     for r in rows(probe_result, kernel):
         assert r["spill_bytes"] == 0, r

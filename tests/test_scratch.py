@@ -385,3 +385,50 @@ def test_bump_in_single_lane_mode_costs_one_cas_per_lane():
     # when lanes collide).
     assert n.by_kind["cas"] >= 32 + L.bump_chunk_pages(16)
     assert len(set(out.copy_to_host().tolist())) == 32
+
+
+@cuda.jit
+def write_after_release(ctx, out):
+    outer = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    s = outer
+    inner = devalloc.mark(ctx, s)
+    s = inner
+    off, s = devalloc.scoped(ctx, s, 64)
+    out[0] = off
+    s = devalloc.release(ctx, s, inner)
+    a = devalloc.view(ctx, off, 64, np.uint8)
+    a[10] = 1                                   # use after release
+    inner = devalloc.mark(ctx, s)
+    s = inner
+    off2, s = devalloc.scoped(ctx, s, 64)       # the same bytes again: checked
+    out[1] = off2
+    s = devalloc.release(ctx, s, inner)
+    s = devalloc.release(ctx, s, outer)
+    out[2] = s
+
+
+def test_debug_heap_catches_scoped_scratch_written_after_release():
+    heap = devalloc.Heap(L.capacity_for_pages(4), debug=True)
+    out = cuda.device_array(3, np.int64)
+    write_after_release[1, 1](heap.ctx, out)
+    off, off2, s = out.copy_to_host()
+    assert off == off2 and s == devalloc.SCOPE_NONE
+    with pytest.raises(devalloc.HeapCorruption, match="scoped scratch written after its release") as e:
+        heap.check()
+    assert [(r.kind, r.offset, r.block, r.thread) for r in e.value.records] == [
+        ("scoped scratch written after its release", off, 0, 0)]
+    u = heap.usage()
+    assert (u.scoped_bytes, u.reserved, u.failed, u.invalid_frees) == (0, 0, 0, 0)
+    # The same kernel on a normal heap: nothing recorded, nothing changed.
+    plain = devalloc.Heap(L.capacity_for_pages(4))
+    write_after_release[1, 1](plain.ctx, out)
+    assert plain.usage().reserved == 0 and plain.usage().scope_misuse == 0
+
+
+def test_scoped_chunks_on_a_debug_heap_have_guards():
+    heap = devalloc.Heap(L.capacity_for_pages(8), debug=True)
+    out = cuda.device_array(4, np.int64)
+    hold_scope_then_query[1, 1](heap.ctx, 100, 3, out)
+    live = heap.live()
+    assert len(live) == 1 and live[0][1] == 4 * 112 + L.SCOPE_HEADER  # requested chunk size
+    heap.check()  # guards intact
