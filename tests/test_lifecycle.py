@@ -270,3 +270,38 @@ def test_live_lists_blocks_with_requested_sizes_on_debug_and_reserved_otherwise(
         assert heap.live() == []
     with pytest.raises(ValueError, match="debug heap"):
         heap.check()
+
+
+@pytest.mark.parametrize("library", ["cupy", "torch"])
+def test_heap_inside_another_librarys_buffer(library):
+    # Needs the library and a GPU: the simulator has no __cuda_array_interface__.
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        pytest.skip(f"{library} buffers need a GPU; the tests run on the simulator")
+    lib = pytest.importorskip(library, reason=f"{library} is not installed")
+    nbytes = L.capacity_for_pages(3)
+    if library == "cupy":
+        buf = lib.zeros(nbytes, dtype=lib.uint8)
+    else:
+        buf = lib.zeros(nbytes, dtype=lib.uint8, device="cuda")
+    heap = devalloc.Heap(memory=buf)
+    out = cuda.device_array(4, np.int64)
+    alloc_each[1, 4](heap.ctx, 100, out)
+    fill_block[1, 4](heap.ctx, out, 100, 0xAB)
+    assert heap.usage().allocs == 4
+    host = buf.get() if library == "cupy" else buf.cpu().numpy()
+    assert int((host == 0xAB).sum()) == 400
+
+
+def test_several_heaps_side_by_side_on_each_device():
+    heaps = [devalloc.Heap(L.capacity_for_pages(2), device=d) for d in range(len(cuda.gpus))
+             for _ in range(2)]
+    out = cuda.device_array(3, np.int64)
+    for k, heap in enumerate(heaps):
+        with cuda.gpus[heap.device]:
+            alloc_each[1, 3](heap.ctx, 16 * (k + 1), out)
+    for k, heap in enumerate(heaps):
+        u = heap.usage()
+        assert u.allocs == 3 and u.in_use == 3 * L.class_size(L.size_class(16 * (k + 1)))
+        heap.close()
