@@ -1,0 +1,402 @@
+"""The sequential model of a history, and the invariants the explorer checks.
+
+Pure Python over the metadata words (a list of ints laid out as in
+:mod:`devalloc.layout`); nothing here runs device code.
+
+The model follows the *operations* of the logical threads, not the device
+code: an ``alloc`` that returned an offset made a live block, a ``free`` of
+one of its own live blocks ends it, a free of an interior or bogus offset is
+an invalid free. Operations overlap in time, so the model distinguishes:
+
+* **untouched**: started, but no metadata access of it has executed yet. It
+  has had no effect; the model treats it as not started.
+* **in flight**: at least one access executed, not yet returned. A block
+  being freed leaves the live set when its free is first touched (from then
+  on another thread may be handed the same bytes).
+* **done**: returned; its result is in the model's counts.
+
+A state is **quiescent** when no operation is in flight. :func:`check_safe`
+holds after every step; :func:`check_quiescent` adds the exact, strong
+invariants that only hold at quiescent states; :func:`check_drained` is the
+end state once every block has been freed.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import layout as L
+from ..stats import usage_from_meta
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+#: Head of a bump chunk (devalloc.bump), if this layout has them: a run of
+#: pages like a large block's, never counted as a block.
+_TAG_BUMP = getattr(L, "TAG_BUMP", None)
+
+
+class Fault(AssertionError):
+    """An invariant does not hold: ``invariant`` names it, ``detail`` says how."""
+
+    def __init__(self, invariant, detail):
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant = invariant
+        self.detail = detail
+
+
+def span(nbytes):
+    """Return the bytes the heap reserves for a request of ``nbytes``."""
+    if nbytes <= L.MAX_SMALL:
+        return L.class_size(L.size_class(nbytes))
+    return L.pages_for(nbytes) * L.PAGE
+
+
+def word_name(i, npages):
+    """Return a readable name for metadata word ``i`` of a heap of ``npages``."""
+    fixed = {
+        L.H_PAGES_USED: "pages_used",
+        L.H_PEAK_PAGES: "peak_pages",
+        L.H_ALLOC_FOLD: "alloc_fold",
+        L.H_ALLOC_UNDO: "alloc_undo",
+    }
+    for name in ("H_BUMP", "H_BUMP_DONE"):
+        if hasattr(L, name):
+            fixed[getattr(L, name)] = name[2:].lower()
+    if i in fixed:
+        return fixed[i]
+    if L.STRIPE_BASE <= i < L.HINT_BASE:
+        stripe, field = divmod(i - L.STRIPE_BASE, L.STRIPE_STRIDE)
+        name = {L.S_FAILED: "failed", L.S_INVALID: "invalid"}.get(field, f"w{field}")
+        return f"stripe{stripe}.{name}"
+    if L.HINT_BASE <= i < L.STATE_BASE:
+        c = i - L.HINT_BASE
+        return f"hint[c{c}={L.class_size(c)}B]"
+    if L.STATE_BASE <= i < L.bits_base(npages):
+        return f"state[p{i - L.STATE_BASE}]"
+    if L.bits_base(npages) <= i < L.meta_words(npages):
+        p, w = divmod(i - L.bits_base(npages), L.BITMAP_WORDS)
+        return f"bits[p{p}][w{w}]"
+    return f"meta[{i}] (out of range)"
+
+
+def describe_state(s):
+    """Return a state word as ``TAG n=.. count=..``."""
+    t = L.state_tag(s)
+    if t == L.TAG_FREE:
+        tag = "FREE"
+    elif t == L.TAG_HEAD:
+        tag = "HEAD"
+    elif t == L.TAG_TAIL:
+        tag = "TAIL"
+    elif t == _TAG_BUMP:
+        tag = "BUMP"
+    elif 1 <= t <= L.NCLASSES:
+        tag = f"SLAB{L.class_size(t - 1)}"
+    else:
+        tag = f"tag{t}"
+    return f"{tag} n={L.state_n(s)} count={L.state_count(s)}"
+
+
+@dataclass
+class Block:
+    """A block the model holds live: who allocated it, where, how big."""
+
+    tid: int
+    aidx: int  # the thread's allocation number
+    off: int
+    size: int  # requested bytes
+    span: int  # reserved bytes
+
+    @property
+    def small(self):
+        return self.size <= L.MAX_SMALL
+
+    def __str__(self):
+        return f"T{self.tid}'s block #{self.aidx} [{self.off}, {self.off + self.span})"
+
+
+class Model:
+    """The sequential model: live blocks and counts of completed operations."""
+
+    def __init__(self, npages, base=0):
+        self.npages = npages
+        self.base = base  # allocations (all freed) before the history began
+        self.live = {}  # offset -> Block
+        self.allocs = 0  # allocs that returned an offset
+        self.failed = 0  # allocs that returned NULL
+        self.frees = 0  # valid frees done
+        self.invalid = 0  # invalid frees done
+        self.untouched = {}  # tid -> (kind, block) started, no access yet
+        self.inflight = {}  # tid -> (kind, block) touched, not returned
+
+    # ---------------------------------------------------------- events
+    def start(self, tid, kind, block=None):
+        """Thread ``tid`` starts an operation (``alloc``, ``free``, ``invalid``)."""
+        self.untouched[tid] = (kind, block)
+
+    def touch(self, tid):
+        """The first metadata access of ``tid``'s current operation executed."""
+        op = self.untouched.pop(tid, None)
+        if op is None:
+            return
+        kind, block = op
+        if kind == "free" and block is not None:
+            del self.live[block.off]
+        self.inflight[tid] = op
+
+    def alloc_done(self, tid, aidx, size, off):
+        """Record ``alloc(size)`` returning ``off``; check the new block; return it."""
+        self._finish(tid)
+        if off == L.NULL:
+            self.failed += 1
+            return None
+        b = Block(tid, aidx, off, size, span(size))
+        cap = self.npages * L.PAGE
+        if off % L.ALIGN or off < 0 or off + b.span > cap:
+            raise Fault("offset", f"alloc({size}) returned {off}: not aligned or "
+                        f"[{off}, {off + b.span}) not inside the arena of {cap} bytes")
+        rel = off % L.PAGE
+        if b.small and (rel % b.span or rel + b.span > L.PAGE):
+            raise Fault("offset", f"alloc({size}) returned {off}: not a slot of a "
+                        f"{b.span}-byte slab")
+        if not b.small and rel:
+            raise Fault("offset", f"alloc({size}) returned {off}: not page aligned")
+        for o in self.live.values():
+            if o.off < off + b.span and off < o.off + o.span:
+                raise Fault("no overlap", f"alloc({size}) by T{tid} returned "
+                            f"[{off}, {off + b.span}), which overlaps live {o}")
+        self.live[off] = b
+        self.allocs += 1
+        return b
+
+    def free_done(self, tid, kind):
+        """Record a free of kind ``free`` (valid) or ``invalid`` returning."""
+        op = self._finish(tid)
+        if kind == "free":
+            if op is not None and op[1] is not None:
+                self.frees += 1
+        else:
+            self.invalid += 1
+
+    def _finish(self, tid):
+        op = self.inflight.pop(tid, None)
+        untouched = self.untouched.pop(tid, None)
+        return op or untouched
+
+    # ---------------------------------------------------------- figures
+    @property
+    def quiescent(self):
+        return not self.inflight
+
+    def counts(self):
+        """(allocs, frees, failed, invalid_frees, live_blocks, in_use)."""
+        live = list(self.live.values())
+        return (self.base + self.allocs, self.base + self.frees, self.failed,
+                self.invalid, len(live), sum(b.span for b in live))
+
+    def inflight_kinds(self):
+        kinds = [k for k, _ in self.inflight.values()]
+        return kinds.count("alloc"), kinds.count("free"), kinds.count("invalid")
+
+
+# ------------------------------------------------------------------ checks
+
+def _bitmap(words, npages, p):
+    base = L.bits_base(npages) + p * L.BITMAP_WORDS
+    return words[base:base + L.BITMAP_WORDS]
+
+
+def check_safe(words, npages, model):
+    """Check what must hold after every step, operations in flight or not.
+
+    Every word fits in int64; state words are well formed; per slab, bits
+    only where blocks of its class lie and bits set <= n; non-slab pages have
+    empty bitmaps; a HEAD's pages are its TAILs; pages-used never exceeds the
+    pages held and the peak stays within [0, npages]; every block
+    the model holds live is still pinned (its page's tag and its bit); the
+    counters lie between the completed operations and what the operations in
+    flight may add (allocs modulo a count fold in flight). Raises :class:`Fault`.
+    """
+    for i, v in enumerate(words):
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise Fault("int64", f"{word_name(i, npages)} = {v} overflows int64")
+    held = 0
+    count_sum = 0
+    live_meta = 0
+    for p in range(npages):
+        s = words[L.STATE_BASE + p]
+        t, n = L.state_tag(s), L.state_n(s)
+        count_sum += L.state_count(s)
+        bits = _bitmap(words, npages, p)
+        where = f"page {p} ({describe_state(s)})"
+        if s < 0:
+            raise Fault("state word", f"{where}: negative")
+        if any(w >> L.BITS_PER_WORD or w < 0 for w in bits):
+            raise Fault("bitmap", f"page {p}: a bitmap word uses more than 32 bits")
+        if t == L.TAG_FREE:
+            if n:
+                raise Fault("state word", f"{where}: a free page with n != 0")
+        elif 1 <= t <= L.NCLASSES:
+            c = t - 1
+            if n > L.class_blocks(c):
+                raise Fault("state word", f"{where}: n above the {L.class_blocks(c)} slots")
+            nbits = 0
+            for w, word in enumerate(bits):
+                if word & ~L.word_valid_mask(c, w):
+                    raise Fault("bitmap", f"{where}: bit set past the last slot in word {w}")
+                nbits += bin(word).count("1")
+            if nbits > n:
+                raise Fault("bits <= live", f"{where}: {nbits} bits set but n = {n}")
+            held += 1
+            live_meta += n
+        elif t == L.TAG_HEAD or t == _TAG_BUMP:
+            if n < 1 or p + n > npages:
+                raise Fault("state word", f"{where}: head of {n} pages does not fit")
+            for q in range(p + 1, p + n):
+                if L.state_tag(words[L.STATE_BASE + q]) != L.TAG_TAIL:
+                    raise Fault("large block", f"{where}: its page {q} is not a TAIL")
+            held += 1
+            live_meta += t == L.TAG_HEAD
+        elif t == L.TAG_TAIL:
+            if n:
+                raise Fault("state word", f"{where}: a tail with n != 0")
+            held += 1
+        else:
+            raise Fault("state word", f"{where}: unknown tag {t}")
+        if not (1 <= t <= L.NCLASSES) and any(bits):
+            raise Fault("bitmap", f"{where}: bits set on a page that is not a slab")
+    used, peak = words[L.H_PAGES_USED], words[L.H_PEAK_PAGES]
+    if used > held:
+        raise Fault("pages used", f"pages_used = {used} exceeds the {held} pages held")
+    if not 0 <= peak <= npages:
+        raise Fault("peak", f"peak = {peak}, pages_used = {used}, npages = {npages}")
+    for b in model.live.values():
+        _check_pinned(words, npages, b)
+    a, f, i = model.inflight_kinds()
+    failed, invalid = _stripes(words)
+    allocs = count_sum + words[L.H_ALLOC_FOLD] - words[L.H_ALLOC_UNDO]
+    lo = model.base + model.allocs
+    if a and lo - a * L.COUNT_FOLD <= allocs < lo and (allocs - lo) % L.COUNT_FOLD <= a:
+        # An alloc between the cas that folded its page's count and its add
+        # to the fold word: the sum is short by COUNT_FOLD until the add.
+        allocs += L.COUNT_FOLD * -((allocs - lo) // L.COUNT_FOLD)
+    bounds = (
+        ("allocs", allocs, lo, lo + a),
+        ("failed", failed, model.failed, model.failed + a),
+        ("invalid_frees", invalid, model.invalid, model.invalid + i),
+        ("live blocks", live_meta, len(model.live), len(model.live) + a + f),
+    )
+    for name, got, lo, hi in bounds:
+        if not lo <= got <= hi:
+            raise Fault("counters", f"{name} = {got} in the metadata; the history "
+                        f"allows [{lo}, {hi}] with {a} alloc(s) and {f + i} free(s) "
+                        "in flight")
+
+
+def _check_pinned(words, npages, b):
+    p = b.off // L.PAGE
+    s = words[L.STATE_BASE + p]
+    if b.small:
+        c = L.size_class(b.size)
+        if L.state_tag(s) != L.slab_tag(c):
+            raise Fault("live block pinned", f"{b} lies on page {p}, now {describe_state(s)}")
+        k = (b.off % L.PAGE) // L.class_size(c)
+        word = _bitmap(words, npages, p)[k // L.BITS_PER_WORD]
+        if not (word >> (k % L.BITS_PER_WORD)) & 1:
+            raise Fault("live block pinned", f"{b}: its bit {k} on page {p} is clear")
+    elif L.state_tag(s) != L.TAG_HEAD or L.state_n(s) != L.pages_for(b.size):
+        raise Fault("live block pinned", f"{b}: its head page {p} is {describe_state(s)}")
+
+
+def _stripes(words):
+    failed = sum(words[L.stripe_word(s, L.S_FAILED)] for s in range(L.STRIPES))
+    invalid = sum(words[L.stripe_word(s, L.S_INVALID)] for s in range(L.STRIPES))
+    return failed, invalid
+
+
+def check_quiescent(words, npages, model, pages_used_max):
+    """Check the exact invariants of a state with no operation in flight.
+
+    Every slab's bitmap is exactly the model's live blocks on that page and
+    its n their number; no slab is empty (the last free retired it); every
+    HEAD is a live large block of the model and every TAIL belongs to one;
+    pages-used equals the pages held; the peak equals the highest value the
+    pages-used word ever held (``pages_used_max``); and ``usage_from_meta``
+    agrees with the model: allocs, frees, failed, invalid_frees, live blocks
+    and in_use. Raises :class:`Fault`.
+    """
+    small = {}
+    heads = {}
+    for b in model.live.values():
+        p = b.off // L.PAGE
+        if b.small:
+            c = L.size_class(b.size)
+            small.setdefault(p, (c, set()))[1].add((b.off % L.PAGE) // L.class_size(c))
+        else:
+            heads[p] = L.pages_for(b.size)
+    tails = {q for p, k in heads.items() for q in range(p + 1, p + k)}
+    held = 0
+    for p in range(npages):
+        s = words[L.STATE_BASE + p]
+        t, n = L.state_tag(s), L.state_n(s)
+        where = f"page {p} ({describe_state(s)})"
+        held += t != L.TAG_FREE
+        if 1 <= t <= L.NCLASSES:
+            want_c, want = small.get(p, (t - 1, set()))
+            bits = _bitmap(words, npages, p)
+            got = {w * L.BITS_PER_WORD + k for w, word in enumerate(bits)
+                   for k in range(L.BITS_PER_WORD) if (word >> k) & 1}
+            if want_c != t - 1 or got != want or n != len(want):
+                raise Fault("bit set iff live", f"{where}: bits {sorted(got)}, the "
+                            f"history's live blocks of class {L.class_size(want_c)} "
+                            f"are slots {sorted(want)}")
+            if n == 0:
+                raise Fault("empty slab retired", f"{where}: empty but not retired")
+        elif p in small:
+            raise Fault("bit set iff live", f"{where} holds live blocks {sorted(small[p][1])}")
+        elif t == L.TAG_HEAD and heads.get(p) != n:
+            raise Fault("head iff live", f"{where}: the history has no live large "
+                        f"block of {n} pages there")
+        elif t == _TAG_BUMP:
+            raise Fault("head iff live", f"{where}: a bump chunk, but the history "
+                        "has no bump allocation")
+        elif t == L.TAG_TAIL and p not in tails:
+            raise Fault("tail owned", f"{where}: no live large block covers it")
+        elif t == L.TAG_FREE and (p in heads or p in tails):
+            raise Fault("head iff live", f"{where}: a live large block covers it")
+    used, peak = words[L.H_PAGES_USED], words[L.H_PEAK_PAGES]
+    if used != held:
+        raise Fault("pages used", f"pages_used = {used}, pages held = {held}")
+    if peak != pages_used_max:
+        raise Fault("peak", f"peak = {peak}, but pages_used reached {pages_used_max}")
+    u = usage_from_meta(np.array(words, np.int64), npages)
+    got = (u.allocs, u.frees, u.failed, u.invalid_frees, u.live_blocks, u.in_use)
+    want = model.counts()
+    if got != want:
+        names = ("allocs", "frees", "failed", "invalid_frees", "live_blocks", "in_use")
+        diff = ", ".join(f"{k} {g} != {w}" for k, g, w in zip(names, got, want) if g != w)
+        raise Fault("counters", f"usage() disagrees with the history: {diff} "
+                    "(metadata != model)")
+    if u.reserved != held * L.PAGE:
+        raise Fault("counters", f"reserved = {u.reserved}, pages held = {held}")
+
+
+def check_drained(words, npages):
+    """Check that a heap whose blocks were all freed lost nothing.
+
+    Every page FREE with n = 0, every bitmap zero, pages-used 0, and
+    ``usage_from_meta``: in_use 0, reserved 0, live 0, allocs == frees.
+    """
+    for p in range(npages):
+        s = words[L.STATE_BASE + p]
+        if L.state_tag(s) != L.TAG_FREE or L.state_n(s):
+            raise Fault("nothing lost", f"page {p} is {describe_state(s)} after every "
+                        "block was freed")
+        if any(_bitmap(words, npages, p)):
+            raise Fault("nothing lost", f"page {p} has bits set after every block was freed")
+    if words[L.H_PAGES_USED]:
+        raise Fault("nothing lost", f"pages_used = {words[L.H_PAGES_USED]} after every "
+                    "block was freed")
+    u = usage_from_meta(np.array(words, np.int64), npages)
+    if (u.in_use, u.reserved, u.live_blocks) != (0, 0, 0) or u.allocs != u.frees:
+        raise Fault("nothing lost", f"usage after every block was freed: {u}")

@@ -1,0 +1,626 @@
+"""One run of a scenario: the real device functions, one step at a time.
+
+What runs
+---------
+The very functions that compile for the GPU: the ``py_func`` of every
+``@cuda.jit(device=True)`` dispatcher in :mod:`devalloc.device` and
+:mod:`devalloc.device_large`. While a run is in progress (:func:`installed`)
+those two modules' globals are changed, and restored afterwards:
+
+* ``cuda`` becomes a :class:`FakeCuda`: ``cuda.atomic.*`` are scheduling
+  points on the metadata, ``threadfence`` does nothing (the explorer is
+  sequentially consistent), ``ffs``/``grid``/``blockIdx`` are computed for
+  the logical thread that runs;
+* every dispatcher global (``_reserve``, ``_alloc_large``, ``alloc``...)
+  becomes its ``py_func``, so device functions call each other directly.
+
+No seam in the device modules was needed: this is the CUDA simulator's own
+trick (run ``py_func`` with the ``cuda`` global swapped), with a scheduler
+in place of the simulator's free-running threads. The metadata is a
+:class:`SharedMeta` whose plain loads and stores (``meta[i]``) and atomics
+are scheduling points; the arena is a NumPy ``uint8`` array. Both are laid
+out as :class:`devalloc.Heap` lays them out (sizes from
+:mod:`devalloc.layout`).
+
+How it runs
+-----------
+Each logical thread is a real Python thread holding a baton: it runs only
+when the scheduler hands it the baton, up to its next scheduling point,
+where it announces the access it is about to make and hands the baton back.
+Exactly one thread runs at a time, so a run is a sequence of *steps* (one
+access each, plus the local code up to the next access), and a *schedule*
+is the sequence of thread numbers chosen at each step. :class:`Machine`
+runs steps, keeps the sequential model of the history
+(:class:`~devalloc.testing.invariants.Model`) and checks the invariants;
+:mod:`devalloc.testing.explorer` decides which schedules to run.
+"""
+
+import contextlib
+import sys
+import threading
+import types
+from collections import namedtuple
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import layout as L
+from .invariants import Fault, Model, check_drained, check_quiescent, check_safe, word_name
+
+Dim3 = namedtuple("Dim3", "x y z")
+
+#: Seconds a scheduler waits for a thread to reach its next point: a hang.
+STEP_TIMEOUT = 60.0
+#: Steps after which one schedule is declared not to make progress.
+MAX_STEPS = 5000
+
+_MASK64 = (1 << 64) - 1
+_tls = threading.local()
+_INSTALL_LOCK = threading.Lock()
+
+
+class _Abort(BaseException):
+    """Raised in a parked thread to unwind it when its schedule is dropped."""
+
+
+# ------------------------------------------------------------------ programs
+
+@dataclass(frozen=True)
+class ThreadSpec:
+    """One logical thread: its ``blockIdx.x``, ``threadIdx.x`` and program.
+
+    Operations (``i`` numbers the thread's own allocations, from 0):
+    ``("alloc", n)``; ``("free", i)``; ``("write", i)`` and ``("verify", i)``
+    fill block ``i`` with the thread's byte pattern, check it is intact;
+    ``("free_interior", i)`` frees ``16`` bytes into live block ``i`` (an
+    invalid free that reads the pinned page's state); ``("free_bogus", off)``
+    frees an offset that is never a block (misaligned or outside).
+    """
+
+    block: int
+    thread: int
+    ops: tuple
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A configuration: heap pages, block size (threads per block), threads."""
+
+    name: str
+    npages: int
+    threads: tuple
+    block_dim: int = 32
+    #: Allocations each page has served before the run (state word count
+    #: field); COUNT_FOLD - 1 makes the first allocation per page fold.
+    preset_count: int = 0
+
+    def __post_init__(self):
+        for k, t in enumerate(self.threads):
+            _check_program(f"{self.name} T{k}", t.ops)
+
+    def describe(self):
+        lines = [f"scenario {self.name}: {self.npages} page(s), blockDim.x = {self.block_dim}"]
+        for k, t in enumerate(self.threads):
+            ops = ", ".join(op_str(op) for op in t.ops)
+            lines.append(f"  T{k} (block {t.block}, thread {t.thread}): {ops}")
+        return "\n".join(lines)
+
+
+def _check_program(who, ops):
+    """Refuse programs whose checks would be meaningless (see ThreadSpec)."""
+    allocs = 0
+    written, freed = set(), set()
+    for op in ops:
+        kind = op[0]
+        if kind == "alloc":
+            allocs += 1
+            continue
+        if kind == "free_bogus":
+            if op[1] >= 0 and op[1] % L.ALIGN == 0:
+                raise ValueError(f"{who}: free_bogus({op[1]}) may name a real block")
+            continue
+        i = op[1]
+        if not 0 <= i < allocs or i in freed:
+            raise ValueError(f"{who}: {op_str(op)} names no live allocation of its own")
+        if kind == "write":
+            written.add(i)
+        elif kind == "verify":
+            if i not in written:
+                raise ValueError(f"{who}: verify(#{i}) before write(#{i})")
+        elif kind == "free":
+            freed.add(i)
+        elif kind != "free_interior":
+            raise ValueError(f"{who}: unknown operation {op!r}")
+
+
+def op_str(op):
+    kind = op[0]
+    if kind == "alloc":
+        return f"alloc({op[1]})"
+    if kind == "free_bogus":
+        return f"free({op[1]})"
+    return f"{kind}(#{op[1]})"
+
+
+# ------------------------------------------------------------ fake device
+
+class _FakeAtomic:
+    """``cuda.atomic`` for explored code: each call is one scheduling point."""
+
+    def add(self, ary, idx, val):
+        return ary.access("add", idx, val)
+
+    def sub(self, ary, idx, val):
+        return ary.access("add", idx, -val)
+
+    def or_(self, ary, idx, val):
+        return ary.access("or", idx, val)
+
+    def and_(self, ary, idx, val):
+        return ary.access("and", idx, val)
+
+    def xor(self, ary, idx, val):
+        return ary.access("xor", idx, val)
+
+    def max(self, ary, idx, val):
+        return ary.access("max", idx, val)
+
+    def min(self, ary, idx, val):
+        return ary.access("min", idx, val)
+
+    def exch(self, ary, idx, val):
+        return ary.access("exch", idx, val)
+
+    def cas(self, ary, idx, old, val):
+        return ary.access("cas", idx, old, val)
+
+
+class FakeCuda:
+    """The ``cuda`` module as explored device code sees it (one per run)."""
+
+    def __init__(self):
+        self.atomic = _FakeAtomic()
+
+    @property
+    def blockIdx(self):
+        return _tls.thread.blockIdx
+
+    @property
+    def threadIdx(self):
+        return _tls.thread.threadIdx
+
+    @property
+    def blockDim(self):
+        return _tls.thread.blockDim
+
+    def grid(self, ndim):
+        t = _tls.thread
+        if ndim != 1:
+            raise NotImplementedError("the explorer's threads are 1-D")
+        return t.blockIdx.x * t.blockDim.x + t.threadIdx.x
+
+    def threadfence(self):
+        # Sequential consistency: every access is already globally ordered.
+        pass
+
+    def ffs(self, x):
+        x = int(x) & 0xFFFFFFFF
+        return (x & -x).bit_length()
+
+    def __getattr__(self, name):
+        raise AttributeError(
+            f"the explorer's fake cuda module has no {name!r}: device code "
+            "uses an API devalloc.testing.machine.FakeCuda does not model yet")
+
+
+def _apply(kind, old, a, b):
+    if kind == "load":
+        return old
+    if kind in ("store", "exch"):
+        return a
+    if kind == "add":
+        return old + a
+    if kind == "or":
+        return old | a
+    if kind == "and":
+        return old & a
+    if kind == "xor":
+        return old ^ a
+    if kind == "max":
+        return max(old, a)
+    if kind == "min":
+        return min(old, a)
+    if kind == "cas":
+        return b if old == a else old
+    raise ValueError(kind)
+
+
+class SharedMeta:
+    """The ``int64`` metadata as explored code sees it: every access a step."""
+
+    def __init__(self, machine, nwords):
+        self.machine = machine
+        self.words = [0] * nwords
+        self.shape = (nwords,)
+        self.pages_used_max = 0
+
+    def __len__(self):
+        return len(self.words)
+
+    def __getitem__(self, i):
+        return self.access("load", i)
+
+    def __setitem__(self, i, v):
+        self.access("store", i, v)
+
+    def access(self, kind, i, a=None, b=None):
+        """Make one access as the calling logical thread (a scheduling point)."""
+        m = self.machine
+        i = int(i)
+        a = None if a is None else int(a)
+        b = None if b is None else int(b)
+        if not 0 <= i < len(self.words):
+            raise Fault("bounds", f"{kind} of metadata word {i}, outside [0, {len(self.words)})")
+        if m.serial:
+            t = None
+        else:
+            t = _tls.thread
+            frame = sys._getframe(2)
+            code = frame.f_code
+            m.points.add((code.co_filename, frame.f_lineno))
+            m.park(t, (kind, i, code.co_name, frame.f_lineno))
+        old = self.words[i]
+        new = _apply(kind, old, a, b)
+        self.words[i] = new
+        if i == L.H_PAGES_USED and new > self.pages_used_max:
+            self.pages_used_max = new
+        ret = None if kind == "store" else old
+        if t is not None:
+            t.hist = hash((t.hist, kind, i, ret))
+            if not t.touched:
+                t.touched = True
+                t.events.append(("touch",))
+            m.trace.append((t.tid, t.op_desc, t.pending[2], t.pending[3], kind, i, a, b, old, new))
+        return ret
+
+
+class LThread:
+    """A logical GPU thread: identity, program, baton and what it observed."""
+
+    def __init__(self, tid, spec, block_dim, machine):
+        self.tid = tid
+        self.spec = spec
+        self.blockIdx = Dim3(spec.block, 0, 0)
+        self.threadIdx = Dim3(spec.thread, 0, 0)
+        self.blockDim = Dim3(block_dim, 1, 1)
+        self.machine = machine
+        self.go = threading.Lock()
+        self.go.acquire()
+        self.exit = False
+        self.reset()
+        self.finished = True  # idle until a run starts
+        self.worker = threading.Thread(target=machine._work, args=(self,),
+                                       name=f"devalloc-explorer-T{tid}", daemon=True)
+
+    def reset(self):
+        self.hist = 0
+        self.pending = None
+        self.finished = False
+        self.abort = False
+        self.error = None
+        self.touched = True
+        self.events = []
+        self.offs = []
+        self.op_desc = ""
+
+
+# ------------------------------------------------------------- installing
+
+def _is_dispatcher(v):
+    return hasattr(v, "py_func") and callable(v) and not isinstance(v, type)
+
+
+def rebind(fn, module):
+    """Return ``fn`` with ``module``'s globals: a drop-in for one of its functions."""
+    return types.FunctionType(fn.__code__, module.__dict__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+
+
+@contextlib.contextmanager
+def installed(overrides=None):
+    """Run device code as plain Python on a :class:`FakeCuda`, then restore.
+
+    In :mod:`devalloc.device` and :mod:`devalloc.device_large`: the global
+    ``cuda`` becomes a fresh :class:`FakeCuda`, every dispatcher global its
+    ``py_func``, and each ``overrides[name]`` (a plain function, e.g. from
+    :mod:`devalloc.testing.broken`) replaces ``name`` wherever it is a global,
+    rebound to that module's globals. Yields the fake module. One at a time.
+    """
+    from .. import device, device_large
+
+    overrides = dict(overrides or {})
+    fake = FakeCuda()
+    saved = []
+    if not _INSTALL_LOCK.acquire(timeout=STEP_TIMEOUT):
+        raise RuntimeError("another exploration holds the device modules")
+    try:
+        for mod in (device, device_large):
+            g = mod.__dict__
+            if not isinstance(g.get("cuda"), types.ModuleType):
+                raise RuntimeError(
+                    f"{mod.__name__}.cuda is {g.get('cuda')!r}, not the numba.cuda "
+                    "module: is a simulated kernel running?")
+            for name, v in list(g.items()):
+                new = None
+                if name == "cuda":
+                    new = fake
+                elif _is_dispatcher(v):
+                    new = v.py_func
+                if name in overrides:
+                    new = rebind(overrides[name], mod)
+                if new is not None:
+                    saved.append((g, name, v))
+                    g[name] = new
+        missing = set(overrides) - {name for _, name, _ in saved}
+        if missing:
+            raise KeyError(f"no device function named {sorted(missing)}")
+        yield fake
+    finally:
+        for g, name, v in reversed(saved):
+            g[name] = v
+        _INSTALL_LOCK.release()
+
+
+# ---------------------------------------------------------------- machine
+
+class Machine:
+    """One scenario's threads, heap and model; runs schedules step by step.
+
+    Use inside :func:`installed`. :meth:`reset` starts a fresh run with every
+    thread parked at its first scheduling point; :meth:`step` runs one
+    thread to its next one; :meth:`close` ends the worker threads.
+    """
+
+    def __init__(self, scenario):
+        from .. import device
+        from ..host import Ctx
+
+        self.scenario = scenario
+        self.npages = scenario.npages
+        self.alloc = device.alloc  # the py_funcs, once installed
+        self.free = device.free
+        if _is_dispatcher(self.alloc):
+            raise RuntimeError("Machine must be created inside explorer.installed()")
+        self._Ctx = Ctx
+        self.back = threading.Lock()
+        self.back.acquire()
+        self.serial = False
+        self.points = set()  # (file, line) of every access site executed
+        self.threads = [LThread(k, spec, scenario.block_dim, self)
+                        for k, spec in enumerate(scenario.threads)]
+        self.drainer = LThread(-1, ThreadSpec(0, 0, ()), scenario.block_dim, self)
+        for t in self.threads:
+            t.worker.start()
+        self.meta = None
+
+    # ------------------------------------------------------ worker side
+    def park(self, t, pending):
+        """Announce ``pending``, hand the baton back, wait to be chosen."""
+        t.pending = pending
+        self.back.release()
+        t.go.acquire()
+        if t.abort:
+            raise _Abort()
+
+    def _work(self, t):
+        _tls.thread = t
+        while True:
+            t.go.acquire()
+            if t.exit:
+                self.back.release()
+                return
+            try:
+                self._program(t)
+            except _Abort:
+                pass
+            except BaseException as e:  # reported by the scheduler
+                t.error = e
+            t.pending = None
+            t.finished = True
+            self.back.release()
+
+    def _program(self, t):
+        ctx = self.ctx
+        for k, op in enumerate(t.spec.ops):
+            kind = op[0]
+            t.op_desc = f"#{k} {op_str(op)}"
+            t.touched = False
+            # Between operations a thread's future depends only on where it
+            # is and what its allocations returned: forget the rest.
+            t.hist = hash(("op", k, tuple(t.offs)))
+            if kind == "alloc":
+                t.events.append(("start", "alloc", None))
+                off = int(self.alloc(ctx, op[1]))
+                t.events.append(("alloc", len(t.offs), op[1], off))
+                self._returned(t, off)
+                t.offs.append(off)
+            elif kind == "free":
+                off = t.offs[op[1]]
+                t.events.append(("start", "free", off))
+                self.free(ctx, off)
+                t.events.append(("free", "free"))
+                self._returned(t, None)
+            elif kind in ("free_interior", "free_bogus"):
+                if kind == "free_bogus":
+                    off = op[1]
+                elif t.offs[op[1]] == L.NULL:
+                    off = 8  # misaligned: invalid whatever the heap holds
+                else:
+                    off = t.offs[op[1]] + 16
+                t.events.append(("start", "invalid", None))
+                self.free(ctx, off)
+                t.events.append(("free", "invalid"))
+                self._returned(t, None)
+            elif kind in ("write", "verify"):
+                off = t.offs[op[1]]
+                if off == L.NULL:
+                    continue
+                n = t.spec.ops[self._alloc_op(t, op[1])][1]
+                self.park(t, (kind, off, "program", 0))
+                key = (t.tid * 37 + op[1] * 11 + 1) & 0xFF
+                block = self.arena[off:off + n]
+                ok = True
+                if kind == "write":
+                    block[:] = key
+                else:
+                    ok = bool((block == key).all())
+                    if not ok:
+                        t.events.append(("corrupt", off, n))
+                t.hist = hash((t.hist, kind, ok))  # the thread moved on
+                self.trace.append((t.tid, t.op_desc, "program", 0, kind, off, n, None, None, None))
+            else:
+                raise ValueError(f"unknown operation {op!r}")
+
+    def _returned(self, t, value):
+        self.trace.append((t.tid, t.op_desc, None, None, "=", None, None, None, None, value))
+
+    @staticmethod
+    def _alloc_op(t, i):
+        allocs = [k for k, op in enumerate(t.spec.ops) if op[0] == "alloc"]
+        return allocs[i]
+
+    # --------------------------------------------------- scheduler side
+    def reset(self):
+        """Start a fresh run: zeroed heap, every thread at its first point."""
+        self.meta = SharedMeta(self, L.meta_words(self.npages))
+        preset = self.scenario.preset_count
+        for p in range(self.npages):
+            self.meta.words[L.STATE_BASE + p] = L.pack_state(L.TAG_FREE, 0, preset)
+        self.arena = np.zeros(self.npages * L.PAGE, np.uint8)
+        self.ctx = self._Ctx(self.arena, self.meta)
+        self.model = Model(self.npages, base=preset * self.npages)
+        self.trace = []
+        self.choices = []
+        for t in self.threads:
+            t.reset()
+            t.go.release()
+            self._wait()
+            self._after(t)
+
+    def _wait(self):
+        if not self.back.acquire(timeout=STEP_TIMEOUT):
+            raise RuntimeError("explorer: a thread did not reach its next point (hang)")
+
+    def enabled(self):
+        return [t.tid for t in self.threads if not t.finished]
+
+    def step(self, tid):
+        """Let thread ``tid`` make its pending access and run to its next point."""
+        t = self.threads[tid]
+        self.choices.append(tid)
+        t.go.release()
+        self._wait()
+        self._after(t)
+
+    def _after(self, t):
+        """Take in what thread ``t`` did in its last stretch; raise its error."""
+        self._events(t)
+        if t.error is not None:
+            e, t.error = t.error, None
+            if isinstance(e, Fault):
+                raise e
+            raise Fault("exception", f"T{t.tid} raised {type(e).__name__}: {e}") from e
+
+    def _events(self, t):
+        m = self.model
+        for ev in t.events:
+            kind = ev[0]
+            if kind == "touch":
+                m.touch(t.tid)
+            elif kind == "start":
+                block = m.live.get(ev[2]) if ev[2] is not None else None
+                m.start(t.tid, ev[1], block)
+            elif kind == "alloc":
+                m.alloc_done(t.tid, ev[1], ev[2], ev[3])
+            elif kind == "free":
+                m.free_done(t.tid, ev[1])
+            elif kind == "corrupt":
+                raise Fault("block contents", f"T{t.tid}'s block at {ev[1]} ({ev[2]} "
+                            "bytes) no longer holds the pattern its owner wrote")
+        t.events.clear()
+
+    def key(self):
+        """Return a 128-bit digest of the state (words, histories, peak mark)."""
+        k = (tuple(self.meta.words), tuple((t.hist, t.touched) for t in self.threads),
+             self.meta.pages_used_max)
+        return ((hash(k) & _MASK64) << 64) | (hash((k, 0x9E3779B9)) & _MASK64)
+
+    def check(self):
+        """Check the invariants of the current state (strong ones if quiescent)."""
+        w = self.meta.words
+        check_safe(w, self.npages, self.model)
+        if self.model.quiescent:
+            check_quiescent(w, self.npages, self.model, self.meta.pages_used_max)
+
+    def finish(self):
+        """At the end of a schedule: free what is left, serially; check nothing is lost."""
+        self.serial = True
+        saved = getattr(_tls, "thread", None)
+        _tls.thread = self.drainer
+        try:
+            for off in sorted(self.model.live):
+                self.free(self.ctx, off)
+            check_drained(self.meta.words, self.npages)
+            whole = self.npages * L.PAGE
+            off = self.alloc(self.ctx, whole)
+            if off != 0:
+                raise Fault("nothing lost", f"alloc({whole}), the whole arena, returned "
+                            f"{off} after every block was freed")
+            self.free(self.ctx, off)
+            check_drained(self.meta.words, self.npages)
+        finally:
+            _tls.thread = saved
+            self.serial = False
+
+    def stop(self):
+        """Unwind every thread still parked (the schedule is dropped)."""
+        for t in self.threads:
+            if not t.finished:
+                t.abort = True
+                t.go.release()
+                self._wait()
+
+    def close(self):
+        self.stop()
+        for t in self.threads:
+            t.exit = True
+            t.go.release()
+            self._wait()
+            t.worker.join(STEP_TIMEOUT)
+
+    def format_trace(self):
+        """Return the steps of the current run, one line each."""
+        lines = [" step  thr  operation            where                        access"]
+        step = 0
+        for tid, op, fn, line, kind, i, a, b, old, new in self.trace:
+            if kind == "=":
+                res = "" if new is None else f" -> {new}"
+                lines.append(f"    .  T{tid}   {op} returned{res}")
+                continue
+            step += 1
+            if fn == "program":
+                lines.append(f"{step:5d}  T{tid}   {op:<20} {'(program)':<28} "
+                             f"{kind} arena[{i}:{i + a}]")
+                continue
+            name = word_name(i, self.npages)
+            if kind == "load":
+                acc = f"load  {name} -> {old:#x}"
+            elif kind == "store":
+                acc = f"store {name} = {new:#x} (was {old:#x})"
+            elif kind == "cas":
+                ok = "ok" if old == a else "FAILED"
+                acc = f"cas   {name} {a:#x} -> {b:#x}: old {old:#x} ({ok})"
+            else:
+                acc = f"{kind:<5} {name} {a:#x}: {old:#x} -> {new:#x}"
+            lines.append(f"{step:5d}  T{tid}   {op:<20} {fn + ':' + str(line):<28} {acc}")
+        return "\n".join(lines)

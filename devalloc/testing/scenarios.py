@@ -1,0 +1,170 @@
+"""The configurations the explorer checks, and how far it goes.
+
+:data:`EXHAUSTIVE`: two threads, a heap of one or two pages, three or four
+operations each, explored exhaustively in CI. :data:`EXHAUSTIVE_DEEP`: three
+threads, explored exhaustively only when deep. :data:`PCT`: three or four
+threads, one to three pages, up to six operations each, explored with PCT
+schedules.
+
+Sizes are chosen so that threads collide where the code is delicate: 4096-
+and 8192-byte blocks put a slab's every slot in bitmap word 0 (so two slot
+holders race on one word whatever ``cuda.grid(1)`` is); a one-page heap
+makes two classes compete for the same page (reserve against retire); large
+blocks of one and two pages race with each other and with slabs on a
+two-page heap; ``preset_count`` starts pages just below a count fold.
+
+:func:`bounds` reads ``DEVALLOC_EXPLORE_DEEP``: unset or ``0`` gives the CI
+bounds, anything else the deep ones (an hour of CPU rather than a minute).
+"""
+
+import os
+from dataclasses import dataclass
+
+from .. import layout as L
+from .explorer import Scenario, ThreadSpec
+
+
+def _t(block, thread, *ops):
+    return ThreadSpec(block, thread, tuple(ops))
+
+
+A = "alloc"
+F = "free"
+W = "write"
+V = "verify"
+
+EXHAUSTIVE = (
+    # Two slot holders of one slab, both in bitmap word 0, same block.
+    Scenario("slab_same_word", 1, (
+        _t(0, 0, (A, 4096), (W, 0), (F, 0)),
+        _t(0, 1, (A, 4096), (W, 0), (V, 0)),
+    )),
+    # A two-slot slab asked for three blocks: a failure, a free, a retry.
+    Scenario("slab_full", 1, (
+        _t(0, 0, (A, 8192), (A, 8192), (F, 0)),
+        _t(1, 0, (A, 8192), (W, 0), (F, 0)),
+    )),
+    # Two classes want the only page: reserve racing with retire.
+    Scenario("class_change", 1, (
+        _t(0, 0, (A, 64), ("free_interior", 0), (F, 0)),
+        _t(1, 0, (A, 100), (F, 0), (A, 100)),
+    )),
+    # A two-page large block against a slab on a two-page heap.
+    Scenario("large_vs_slab", 2, (
+        _t(0, 0, (A, 20000), (W, 0), (F, 0)),
+        _t(0, 1, (A, 16), (F, 0), (A, 16)),
+    )),
+    # One-page and two-page large blocks claiming overlapping runs.
+    Scenario("large_vs_large", 2, (
+        _t(0, 0, (A, 9000), (F, 0), (A, 9000)),
+        _t(1, 0, (A, 20000), (F, 0)),
+    )),
+    # Pages that have served 2**22 - 1 allocations: the next one on each
+    # page folds its count into the global word, racing with the other.
+    Scenario("count_fold", 2, (
+        _t(0, 0, (A, 64), (F, 0), (A, 64)),
+        _t(1, 0, (A, 9000), (F, 0)),
+    ), preset_count=L.COUNT_FOLD - 1),
+    # Frees racing with allocations in one bitmap word: slot reuse.
+    Scenario("free_vs_alloc", 1, (
+        _t(0, 0, (A, 4096), (A, 4096), (F, 0)),
+        _t(1, 0, (A, 4096), (F, 0), (A, 4096)),
+    )),
+    # Four operations each: frees of the newest and the oldest block racing
+    # with allocations in one bitmap word.
+    Scenario("free_vs_alloc_long", 1, (
+        _t(0, 0, (A, 4096), (A, 4096), (F, 1), (F, 0)),
+        _t(1, 0, (A, 4096), (F, 0), (A, 4096), (F, 1)),
+    )),
+    # Four operations each: a page changes class twice.
+    Scenario("class_change_long", 1, (
+        _t(0, 0, (A, 64), (F, 0), (A, 4096), (F, 1)),
+        _t(1, 0, (A, 100), (F, 0), (A, 64), (F, 1)),
+    )),
+)
+
+PCT = (
+    # Four threads on a two-slot slab: exhaustion, reuse, retire, retake.
+    Scenario("pct_slab_4t", 1, (
+        _t(0, 0, (A, 8192), (W, 0), (V, 0), (F, 0), (A, 8192)),
+        _t(0, 1, (A, 8192), (W, 0), (F, 0), (A, 5000)),
+        _t(1, 0, (A, 7000), (A, 8192), (W, 1), (F, 1), (F, 0)),
+        _t(2, 3, (A, 8192), (W, 0), (V, 0), (F, 0)),
+    )),
+    # Three threads, small and large blocks on three pages; every page's
+    # second allocation folds its count.
+    Scenario("pct_mixed_3t", 3, (
+        _t(0, 0, (A, 64), (A, 20000), (W, 1), (F, 0), (V, 1), (F, 1)),
+        _t(0, 5, (A, 64), (A, 64), (W, 0), ("free_interior", 0), (F, 1), (F, 0)),
+        _t(3, 0, (A, 9000), (A, 4096), (W, 0), (F, 0), (A, 16384), (F, 2)),
+    ), preset_count=L.COUNT_FOLD - 2),
+    # Four threads, large blocks only, on two pages: claims and rollbacks.
+    Scenario("pct_large_4t", 2, (
+        _t(0, 0, (A, 9000), (F, 0), (A, 20000), (F, 1)),
+        _t(0, 1, (A, 16384), (W, 0), (F, 0)),
+        _t(1, 0, (A, 20000), (F, 0), (A, 9000)),
+        _t(1, 1, (A, 12000), ("free_bogus", 8), (F, 0)),
+    )),
+)
+
+
+#: Explored exhaustively only with DEVALLOC_EXPLORE_DEEP=1: three threads
+#: (1e5 to 1e6 states, minutes each).
+EXHAUSTIVE_DEEP = (
+    Scenario("deep_three_slab", 1, (
+        _t(0, 0, (A, 8192), (F, 0)),
+        _t(0, 1, (A, 8192), (F, 0)),
+        _t(1, 0, (A, 8192), (F, 0)),
+    )),
+    Scenario("deep_three_mixed", 2, (
+        _t(0, 0, (A, 9000), (F, 0)),
+        _t(0, 1, (A, 20000), (F, 0)),
+        _t(1, 0, (A, 100), (F, 0)),
+    )),
+    Scenario("deep_three_large", 3, (
+        _t(0, 0, (A, 9000), (F, 0)),
+        _t(0, 1, (A, 20000), (F, 0)),
+        _t(1, 0, (A, 9000), (F, 0)),
+    )),
+)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How far to explore: DFS executions per scenario, PCT seeds and depths."""
+
+    max_executions: int
+    pct_seeds: tuple
+    pct_depths: tuple
+
+
+CI = Bounds(max_executions=20_000, pct_seeds=tuple(range(400)), pct_depths=(2, 3))
+DEEP = Bounds(max_executions=2_000_000, pct_seeds=tuple(range(20_000)),
+              pct_depths=(2, 3, 4, 5))
+
+
+def deep_requested():
+    """Return True when ``DEVALLOC_EXPLORE_DEEP`` asks for the deep bounds."""
+    return os.environ.get("DEVALLOC_EXPLORE_DEEP", "0") not in ("", "0")
+
+
+def bounds(deep=None):
+    """Return :data:`DEEP` or :data:`CI` (``deep=None``: from the environment)."""
+    if deep is None:
+        deep = deep_requested()
+    return DEEP if deep else CI
+
+
+def exhaustive(deep=None):
+    """Return the scenarios to explore exhaustively (more when deep)."""
+    if deep is None:
+        deep = deep_requested()
+    return EXHAUSTIVE + EXHAUSTIVE_DEEP if deep else EXHAUSTIVE
+
+
+def by_name(name):
+    """Return the scenario called ``name``."""
+    for sc in EXHAUSTIVE + EXHAUSTIVE_DEEP + PCT:
+        if sc.name == name:
+            return sc
+    raise KeyError(name)
