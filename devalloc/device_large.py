@@ -51,22 +51,36 @@ def _take_page(meta, q, head_k, tag):
     for _ in range(RETRIES):
         if s & L.TAG_MASK != L.TAG_FREE:
             return 0
-        keep = s & L.COUNT_MASK
         folded = 0
         if head_k == 0:
-            new = keep | L.TAG_TAIL
-        elif tag == L.TAG_HEAD:
-            new, folded = _fold(keep + L.COUNT_ONE + (head_k << L.N_SHIFT) + L.TAG_HEAD)
+            new = (s & L.COUNT_MASK) | L.TAG_TAIL
         else:
-            new = keep + (head_k << L.N_SHIFT) + tag
+            new, folded = _head_word(s, head_k, tag)
         # State word: cas, races with slab reservers and other large claims.
         old = cuda.atomic.cas(meta, idx, s, new)
         if old == s:
-            if folded:
-                cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)
+            _note_fold(meta, folded)
             return 1
         s = old
     return 0
+
+
+@cuda.jit(device=True)
+def _head_word(s, k, tag):
+    """Return (state word, folded) for a head of ``k`` pages over word ``s``.
+
+    A large block (TAG_HEAD) counts one allocation; a bump chunk does not.
+    """
+    keep = s & L.COUNT_MASK
+    if tag == L.TAG_HEAD:
+        return _fold(keep + L.COUNT_ONE + (k << L.N_SHIFT) + L.TAG_HEAD)
+    return keep + (k << L.N_SHIFT) + tag, 0
+
+
+@cuda.jit(device=True)
+def _note_fold(meta, folded):
+    if folded:
+        cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)  # fold word: add
 
 
 @cuda.jit(device=True)
@@ -94,11 +108,15 @@ def _alloc_pages(meta, npages, k, tag):
 
     Large blocks grow down from the top of the arena, slabs up from the
     bottom, so slabs fragment the runs large blocks need as little as
-    possible. Tails are claimed first, the head last: the block is freeable
-    only once it is complete. Two claims that overlap can both roll back;
-    so a pass that saw such contention is followed by another, up to
-    LARGE_PASSES. Within a pass the top of each candidate run strictly
-    decreases, so a pass costs at most npages loads and npages * k ``cas``.
+    possible. The scan goes down; a candidate run [p, p + k) is claimed from
+    its lowest page up, every page as a TAIL, and page p becomes the HEAD
+    last, so the block is freeable only once it is complete. Two threads
+    that found the same run collide on page p: the loser has taken nothing
+    and goes on below p, never touching the winner's run again. A claim
+    that fails higher up (a slab took a page) gives back what it took and
+    also goes on below p. So each pass is strictly downward and costs at
+    most npages loads and npages + k ``cas``; a pass that lost a race is
+    followed by another, up to LARGE_PASSES.
     """
     for _ in range(LARGE_PASSES):
         contended = False
@@ -110,21 +128,39 @@ def _alloc_pages(meta, npages, k, tag):
             else:
                 run = 0
             if run >= k:
-                q = p + k - 1
-                while q > p and _take_page(meta, q, 0, tag):
-                    q -= 1
-                if q == p and _take_page(meta, p, k, tag):
-                    _pages_changed(meta, k)
-                    return p
-                _untail(meta, q + 1, p + k)
+                if k == 1:
+                    if _take_page(meta, p, 1, tag):
+                        _pages_changed(meta, 1)
+                        return p
+                elif _take_page(meta, p, 0, tag):
+                    q = p + 1
+                    while q < p + k and _take_page(meta, q, 0, tag):
+                        q += 1
+                    if q == p + k:
+                        _crown(meta, p, k, tag)
+                        _pages_changed(meta, k)
+                        return p
+                    _untail(meta, p, q)
                 contended = True
-                # Next candidates lie below the page that failed.
-                run = 0
-                p = q
+                run = 0  # next candidates lie below p
             p -= 1
         if not contended:
             break
     return -1
+
+
+@cuda.jit(device=True)
+def _crown(meta, p, k, tag):
+    """Turn page ``p``, a TAIL this thread holds, into the head of ``k`` pages.
+
+    Nobody else writes a TAIL's state word, so the value read is current and
+    one ``exch`` suffices (plus the fold ``add`` when the count folds).
+    """
+    idx = L.STATE_BASE + p
+    new, folded = _head_word(meta[idx], k, tag)
+    # State word: exch on our own tail page.
+    cuda.atomic.exch(meta, idx, new)
+    _note_fold(meta, folded)
 
 
 @cuda.jit(device=True)

@@ -367,10 +367,11 @@ def test_a_converged_warp_bumping_one_size_costs_one_atomic():
     offs = np.sort(out.copy_to_host())
     assert (np.diff(offs) == 48).all()  # 96 contiguous blocks
     chunk = L.bump_chunk_pages(16)
-    # Warp 1 installs the first chunk: one cas per page claimed, then the
-    # cas that installs it (its claim too), then pages-used add and peak max.
-    # Warps 2 and 3: one cas each for the whole warp.
-    assert n.by_kind == {"cas": chunk + 1 + 2, "add": 1, "max": 1}, n
+    # Warp 1 installs the first chunk: one cas per page claimed and an exch
+    # that makes the lowest page its head, then the cas that installs it
+    # (its claim too), then pages-used add and peak max. Warps 2 and 3: one
+    # cas each for the whole warp.
+    assert n.by_kind == {"cas": chunk + 1 + 2, "exch": 1, "add": 1, "max": 1}, n
     assert heap.usage().bump_allocs == 96
 
 
