@@ -59,6 +59,12 @@ def check_capacity(capacity):
             f"Heap capacity must be at least {L.MIN_CAPACITY} bytes (metadata "
             f"plus one {L.PAGE}-byte page), got {capacity}"
         )
+    most = L.capacity_for_pages(L.MAX_PAGES + 1) - 1
+    if capacity > most:
+        raise ValueError(
+            f"Heap capacity must be at most {most} bytes ({L.MAX_PAGES} pages: "
+            f"page numbers must fit devalloc's packed words), got {capacity}"
+        )
     return capacity
 
 

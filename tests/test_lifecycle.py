@@ -305,3 +305,10 @@ def test_several_heaps_side_by_side_on_each_device():
         u = heap.usage()
         assert u.allocs == 3 and u.in_use == 3 * L.class_size(L.size_class(16 * (k + 1)))
         heap.close()
+
+
+def test_capacity_above_the_page_limit_is_refused_before_allocating():
+    most = L.capacity_for_pages(L.MAX_PAGES + 1) - 1
+    assert L.pages_for_capacity(most) == L.MAX_PAGES
+    with pytest.raises(ValueError, match=f"at most {most} bytes"):
+        devalloc.Heap(most + 1)
