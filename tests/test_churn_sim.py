@@ -19,6 +19,8 @@ from numba import cuda
 
 import devalloc
 from devalloc import layout as L
+from patterns import linear_id, pattern_ok, write_pattern
+
 
 NULL = devalloc.NULL
 
@@ -70,79 +72,7 @@ def check_drained(heap, allocs, failed):
     return u
 
 
-# ---------------------------------------------------------- device helpers
-
-
-@cuda.jit(device=True)
-def linear_id():
-    """Return the thread's index in the grid, for 1-D grids of 1-3-D blocks."""
-    per_block = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
-    t = cuda.threadIdx.x + cuda.blockDim.x * (
-        cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z
-    )
-    return cuda.blockIdx.x * per_block + t
-
-
-@cuda.jit(device=True)
-def pat(key, j):
-    return (key * 131 + j * 7 + 1) & 0xFF
-
-
-@cuda.jit(device=True)
-def stride_of(n):
-    s = n // 8
-    if s < 1:
-        s = 1
-    return s
-
-
-@cuda.jit(device=True)
-def write_pattern(ctx, off, n, key):
-    """Write ``key``'s pattern into bytes 0, stride, 2*stride.. and n-1."""
-    a = devalloc.view(ctx, off, n, np.uint8)
-    s = stride_of(n)
-    j = 0
-    while j < n:
-        a[j] = pat(key, j)
-        j += s
-    a[n - 1] = pat(key, n - 1)
-
-
-@cuda.jit(device=True)
-def pattern_ok(ctx, off, n, key):
-    a = devalloc.view(ctx, off, n, np.uint8)
-    if a.shape[0] != n:
-        return 0
-    s = stride_of(n)
-    j = 0
-    while j < n:
-        if a[j] != pat(key, j):
-            return 0
-        j += s
-    if a[n - 1] != pat(key, n - 1):
-        return 0
-    return 1
-
-
 # ------------------------------------------------------------------ kernels
-
-
-@cuda.jit
-def k_compete(ctx, sizes, ok, nulls, bad):
-    """Like :func:`k_churn`, but failures are expected and counted."""
-    i = linear_id()
-    for r in range(sizes.shape[1]):
-        n = sizes[i, r]
-        off = devalloc.alloc(ctx, n)
-        if off == NULL:
-            nulls[i] += 1
-            continue
-        ok[i] += 1
-        key = i * 64 + r
-        write_pattern(ctx, off, n, key)
-        if not pattern_ok(ctx, off, n, key):
-            bad[i] += 1
-        devalloc.free(ctx, off)
 
 
 @cuda.jit
@@ -324,7 +254,7 @@ def check_one_page_competition(seed, threads=32, rounds=24):
     choices = np.array([16, 48, 4096, 8192, L.PAGE], np.int64)
     sizes = choices[rng.integers(0, len(choices), (threads, rounds))]
     ok, nulls, bad = zeros(threads), zeros(threads), zeros(threads)
-    k_compete[1, threads](heap.ctx, sizes, ok, nulls, bad)
+    k_churn[1, threads](heap.ctx, sizes, ok, nulls, bad)  # failures expected and counted
     assert bad.tolist() == [0] * threads
     assert int(ok.sum()) > 0 and int(nulls.sum()) > 0
     assert (ok + nulls).tolist() == [rounds] * threads

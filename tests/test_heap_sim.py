@@ -18,6 +18,8 @@ from numba import cuda
 import devalloc
 from devalloc import layout as L
 from devalloc.stats import ClassUsage, Usage
+from patterns import linear_id, pattern_ok, write_pattern
+
 
 NULL = devalloc.NULL
 
@@ -109,63 +111,6 @@ def expected_usage(heap, sizes, allocs=None):
         classes=classes,
         large_blocks=sum(1 for n in sizes if n > L.MAX_SMALL),
     )
-
-
-# ---------------------------------------------------------- device helpers
-
-
-@cuda.jit(device=True)
-def linear_id():
-    """Return the thread's index in the grid, for 1-D grids of 1-3-D blocks."""
-    per_block = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
-    t = cuda.threadIdx.x + cuda.blockDim.x * (
-        cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z
-    )
-    return cuda.blockIdx.x * per_block + t
-
-
-@cuda.jit(device=True)
-def pat(key, j):
-    """Return the byte stored at position ``j`` of the block owned by ``key``."""
-    return (key * 131 + j * 7 + 1) & 0xFF
-
-
-@cuda.jit(device=True)
-def stride_of(n):
-    s = n // 16
-    if s < 1:
-        s = 1
-    return s
-
-
-@cuda.jit(device=True)
-def write_pattern(ctx, off, n, key):
-    """Write ``key``'s pattern into bytes 0, stride, 2*stride.. and n-1."""
-    a = devalloc.view(ctx, off, n, np.uint8)
-    s = stride_of(n)
-    j = 0
-    while j < n:
-        a[j] = pat(key, j)
-        j += s
-    a[n - 1] = pat(key, n - 1)
-    return a.shape[0]
-
-
-@cuda.jit(device=True)
-def pattern_ok(ctx, off, n, key):
-    """Return 1 if the bytes :func:`write_pattern` wrote are all still there."""
-    a = devalloc.view(ctx, off, n, np.uint8)
-    if a.shape[0] != n:
-        return 0
-    s = stride_of(n)
-    j = 0
-    while j < n:
-        if a[j] != pat(key, j):
-            return 0
-        j += s
-    if a[n - 1] != pat(key, n - 1):
-        return 0
-    return 1
 
 
 # ------------------------------------------------------------------ kernels

@@ -21,6 +21,7 @@ from numba import cuda
 
 import devalloc
 from devalloc import layout as L
+from patterns import linear_id, pattern_ok, write_pattern
 
 NULL = devalloc.NULL
 #: Blocks a soak thread holds at most; a new block replaces the oldest.
@@ -92,42 +93,6 @@ def check_nothing_lost(heap):
 
 
 # ---------------------------------------------------------- device helpers
-
-
-@cuda.jit(device=True)
-def linear_id():
-    """Return the thread's index in a 1-D or 2-D grid of 1-3-D blocks."""
-    per_block = cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z
-    t = cuda.threadIdx.x + cuda.blockDim.x * (
-        cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
-    b = cuda.blockIdx.x + cuda.gridDim.x * cuda.blockIdx.y
-    return b * per_block + t
-
-
-@cuda.jit(device=True)
-def pat(key, j):
-    return (key * 131 + j * 7 + 1) & 0xFF
-
-
-@cuda.jit(device=True)
-def write_pattern(ctx, off, n, key):
-    a = devalloc.view(ctx, off, n, np.uint8)
-    s = max(1, n // 8)
-    for j in range(0, n, s):
-        a[j] = pat(key, j)
-    a[n - 1] = pat(key, n - 1)
-
-
-@cuda.jit(device=True)
-def pattern_ok(ctx, off, n, key):
-    a = devalloc.view(ctx, off, n, np.uint8)
-    if a.shape[0] != n:
-        return 0
-    s = max(1, n // 8)
-    for j in range(0, n, s):
-        if a[j] != pat(key, j):
-            return 0
-    return 1 if a[n - 1] == pat(key, n - 1) else 0
 
 
 @cuda.jit(device=True)
