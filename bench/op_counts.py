@@ -278,6 +278,27 @@ def uncontended(nbytes=16, count=8, heap_pages=16):
     return {"cold": cold, "alloc": a, "free": f, "served": served, "usage": heap.usage()}
 
 
+def uncontended_reuse(nbytes=8192, heap_pages=4):
+    """Return the exact single-thread cost of allocations that reuse freed blocks.
+
+    One thread takes a slab of ``nbytes`` blocks and bumps every block of it
+    (so the cursor is at the end), frees all but the first, then allocates
+    them again: every one of those allocations takes a freed block.
+    """
+    heap = devalloc.Heap(L.capacity_for_pages(heap_pages))
+    cap = L.class_blocks(L.size_class(nbytes))
+    first = cuda.to_device(np.full(1, nbytes, np.int64))
+    warm = cuda.to_device(np.full(1, NULL, np.int64))
+    alloc_phase[1, 1](heap.ctx, first, warm)
+    offs = cuda.to_device(np.full(cap - 1, NULL, np.int64))
+    alloc_sequence[1, 1](heap.ctx, nbytes, offs)
+    free_sequence[1, 1](heap.ctx, offs)
+    t = Tally()
+    t.add(counted("single", lambda: alloc_sequence[1, 1](heap.ctx, nbytes, offs)), cap - 1)
+    served = int((offs.copy_to_host() != NULL).sum())
+    return {"alloc": t, "served": served, "usage": heap.usage()}
+
+
 def converged_warp(mode, what="alloc", nbytes=16, lanes=WARP, heap_pages=16):
     """Return the atomics of one converged warp allocating (or bumping) one size.
 

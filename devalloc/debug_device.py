@@ -73,9 +73,11 @@ def _block_size(meta, npages, off):
     b = rel // size
     if rel % size != 0 or b >= L.class_blocks(t - 1):
         return 0
+    if b >= L.slab_cursor(s):
+        return 0  # never handed out
     word = meta[L.bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD]
-    if (word >> (b % L.BITS_PER_WORD)) & 1 == 0:
-        return 0
+    if (word >> (b % L.BITS_PER_WORD)) & 1:
+        return 0  # freed
     return size
 
 

@@ -45,23 +45,35 @@ of pages, bitmap words or ``RETRIES``; running out of bounds returns NULL.
 from numba import cuda, int64
 
 from . import layout as L
+from . import warp
 from .device_large import RETRIES, _alloc_large, _fold, _free_large, _pages_changed
 from .layout import (
     bits_base,
+    bump_grant,
     class_blocks,
     class_size,
     class_words,
+    grant_block,
+    grant_count,
+    grant_page,
+    hint_slots,
+    hint_word,
+    lowest_bits,
     pages_for,
+    popc32,
+    reuse_grant,
     size_class,
     slab_tag,
+    slot_start,
     stripe_word,
     word_valid_mask,
 )
 
-#: Passes over a slab's bitmap words by a thread holding a reserved slot.
-BIT_PASSES = 4
 #: Passes of the small-block scan, repeated only while races were lost.
 SMALL_PASSES = 4
+#: ``_reserve`` results that are not grants (every grant is >= 1 << 38).
+NO = 0
+BUSY = 1
 
 
 @cuda.jit(device=True)
@@ -73,14 +85,43 @@ def _count(meta, field):
 
 
 @cuda.jit(device=True)
-def _reserve(meta, p, c):
-    """Reserve one slot of class ``c`` in page ``p``.
+def _warp_number():
+    # The warp's number in the grid (1-D numbering; any value is correct,
+    # it only spreads warps over hint slots and bitmap words).
+    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> 5
 
-    Succeeds on a slab of class ``c`` with a free slot, or on a free page,
-    which becomes such a slab. Returns 1 on success, 0 when the page cannot
-    serve the class, 2 when it still could but RETRIES ``cas`` attempts all
-    lost to other threads. Atomics: one ``cas`` on the state word per
-    attempt, plus pages-used/peak when a page is taken.
+
+@cuda.jit(device=True)
+def _pick(meta, npages, p, c, spread, want):
+    """Guess up to ``want`` freed blocks of slab ``p``: return (word, bits).
+
+    Plain loads only, from word ``spread`` on; (0, 0) if none is seen.
+    """
+    base = bits_base(npages) + p * L.BITMAP_WORDS
+    nw = class_words(c)
+    for i in range(nw):
+        w = (spread + i) % nw
+        free = meta[base + w] & word_valid_mask(c, w)  # guess
+        if free != 0:
+            return w, lowest_bits(free, want)
+    return 0, 0
+
+
+@cuda.jit(device=True)
+def _reserve(meta, npages, p, c, want, spread):
+    """Win up to ``want`` blocks of class ``c`` on page ``p``; return a grant.
+
+    A free page becomes a slab of class ``c``. Blocks come from the slab's
+    cursor while it has unbumped blocks (one ``cas`` on the state word raises
+    live, cursor and count together: that ``cas`` is the whole allocation),
+    else from its freed blocks: one ``cas`` reserves as many slots as the
+    bits picked from one bitmap word, then one ``and`` takes those bits (the
+    bits it did not get are given back as undone reservations).
+
+    Returns a grant (:func:`layout.bump_grant`/``reuse_grant``), ``NO`` when
+    the page cannot serve the class, or ``BUSY`` when it could but every try
+    lost a race. Atomics: ``cas`` per try (<= RETRIES), then the ``and`` on
+    the reuse path; pages-used ``add`` and peak ``max`` when a page is taken.
     """
     idx = L.STATE_BASE + p
     tag = slab_tag(c)
@@ -88,118 +129,184 @@ def _reserve(meta, p, c):
     s = meta[idx]  # guess, validated by the cas
     for _ in range(RETRIES):
         t = s & L.TAG_MASK
-        taken = False
+        first = int64(0)
+        w = int64(0)
+        pick = int64(0)
         if t == L.TAG_FREE:
-            new = (s & L.COUNT_MASK) + L.COUNT_ONE + L.N_ONE + tag
-            taken = True
-        elif t == tag and ((s >> L.N_SHIFT) & L.N_MASK) < cap:
-            new = s + L.COUNT_ONE + L.N_ONE
+            got = min(want, cap)
+            new = (s & L.COUNT_MASK) + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE) + tag
+        elif t == tag:
+            first = (s >> L.CURSOR_SHIFT) & L.CURSOR_MASK
+            live = (s >> L.N_SHIFT) & L.LIVE_MASK
+            if first < cap:
+                got = min(want, cap - first)
+                new = s + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE)
+            elif live < cap:
+                w, pick = _pick(meta, npages, p, c, spread, min(want, cap - live))
+                if pick == 0:
+                    return BUSY  # the freed blocks' bits are still being set
+                got = popc32(pick)
+                new = s + got * (L.COUNT_ONE + L.N_ONE)
+            else:
+                return NO
         else:
-            return 0
+            return NO
         new, folded = _fold(new)
         # State word: cas, races with every allocator and freer of page p.
         old = cuda.atomic.cas(meta, idx, s, new)
         if old == s:
             if folded:
                 cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)
-            if taken:
+            if t == L.TAG_FREE:
                 _pages_changed(meta, 1)
-            return 1
+            if pick == 0:
+                return bump_grant(p, first, got)
+            mine = _take_bits(meta, bits_base(npages) + p * L.BITMAP_WORDS + w, pick)
+            lost = got - popc32(mine)
+            if lost:
+                _release_slots(meta, npages, p, lost, True)
+            if mine == 0:
+                return BUSY
+            return reuse_grant(p, w, mine)
         s = old
-    return 2
+    return BUSY
 
 
 @cuda.jit(device=True)
-def _release_slot(meta, p, undo):
-    """Give back one slot of the slab on page ``p``; retire it when empty.
+def _take_bits(meta, widx, pick):
+    """Clear the bits ``pick`` of bitmap word ``widx``; return those that were set.
 
-    Atomics: one ``add`` on the state word; when the slab became empty, one
-    ``cas`` to retire it and the pages-used ``add``. ``undo`` also counts a
-    reservation that was never used (it is not a free).
+    Only a thread holding as many reserved slots of the slab may call. One
+    ``and``: it races with other reusers and with freers, and its old value
+    says which of the picked (freed) blocks are now ours.
+    """
+    return cuda.atomic.and_(meta, widx, ~pick & L.WORD_MASK) & pick
+
+
+@cuda.jit(device=True)
+def _release_slots(meta, npages, p, k, undo):
+    """Give back ``k`` slots of the slab on page ``p``; retire it when empty.
+
+    ``undo`` counts the slots as reservations that were never used (not
+    frees). Atomics: one ``add`` on the state word; when the slab became
+    empty, :func:`_retire`.
     """
     idx = L.STATE_BASE + p
-    # State word: add never fails, so giving a slot back never spins.
-    old = cuda.atomic.add(meta, idx, -L.N_ONE)
+    # State word: add never fails, so giving slots back never spins.
+    old = cuda.atomic.add(meta, idx, -k * L.N_ONE)
     if undo:
-        cuda.atomic.add(meta, L.H_ALLOC_UNDO, 1)
-    new = old - L.N_ONE
-    if ((new >> L.N_SHIFT) & L.N_MASK) == 0:
-        # Empty: retire, unless someone reserved (or folded) meanwhile, in
-        # which case that thread's own release will retire it later.
-        _pages_changed(meta, -1)
-        if cuda.atomic.cas(meta, idx, new, new & L.COUNT_MASK) != new:
-            _pages_changed(meta, 1)
+        cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
+    new = old - k * L.N_ONE
+    if ((new >> L.N_SHIFT) & L.LIVE_MASK) == 0:
+        _retire(meta, npages, p, new)
 
 
 @cuda.jit(device=True)
-def _claim_bit(meta, npages, p, c):
-    """Set a clear bit of the slab on page ``p``; return its index or -1.
+def _retire(meta, npages, p, s):
+    """Turn the empty slab ``p`` (state ``s``) back into a free page.
 
-    Only a thread holding a reserved slot of that slab may call. Atomics: one
-    ``or`` per attempt; a failed ``or`` means another thread took that bit.
+    Unless someone reserved meanwhile (their release retires it later): one
+    ``cas`` to RETIRING, which no other thread changes; plain stores clearing
+    the bitmap words below the cursor (every block there was freed, so every
+    bit there is set); a fence; one ``exch`` to FREE. The pages-used ``add``
+    before, and back if the ``cas`` fails.
     """
+    idx = L.STATE_BASE + p
+    _pages_changed(meta, -1)
+    # State word: cas from exactly the empty slab we saw.
+    if cuda.atomic.cas(meta, idx, s, (s & L.COUNT_MASK) | L.TAG_RETIRING) != s:
+        _pages_changed(meta, 1)
+        return
     base = bits_base(npages) + p * L.BITMAP_WORDS
-    nw = class_words(c)
-    start = cuda.grid(1) % nw  # spread threads over the words
-    for i in range(nw * BIT_PASSES):
-        w = (start + i) % nw
-        valid = word_valid_mask(c, w)
-        clear = ~meta[base + w] & valid  # guess, validated by the or
-        for _ in range(L.BITS_PER_WORD):
-            if clear == 0:
-                break
-            b = int64(cuda.ffs(clear)) - 1
-            bit = int64(1) << b
-            # Bitmap word: or, races with other slot holders and freers.
-            old = cuda.atomic.or_(meta, base + w, bit)
-            if old & bit == 0:
-                return w * L.BITS_PER_WORD + b
-            clear = ~old & valid
-    return -1
+    cursor = (s >> L.CURSOR_SHIFT) & L.CURSOR_MASK
+    for w in range((cursor + L.BITS_PER_WORD - 1) // L.BITS_PER_WORD):
+        meta[base + w] = 0
+    cuda.threadfence()  # release: the cleared bitmap before the page is free
+    # State word: exch on a page only we may change.
+    cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
 
 
 @cuda.jit(device=True)
-def _alloc_small(meta, npages, c):
-    """Serve class ``c`` from the first page, from the hint on, that can.
+def _find(meta, npages, c, want, start, spread):
+    """Return a grant of up to ``want`` blocks of class ``c``, or 0.
 
-    A pass visits every page once; a pass that lost a race somewhere (a
-    ``cas`` budget spent, a bit search that came back empty) is followed by
-    another, up to SMALL_PASSES, so contention alone rarely yields NULL.
+    Visits every page once from ``start``; a pass that lost a race somewhere
+    is followed by another, up to SMALL_PASSES, so contention alone rarely
+    yields nothing.
     """
-    hint_idx = L.HINT_BASE + c
-    h = meta[hint_idx]  # racy hint: any value is safe
-    if h < 0 or h >= npages:
-        h = 0
     for _ in range(SMALL_PASSES):
-        contended = False
-        p = h
+        busy = False
+        p = start
         for _ in range(npages):
-            r = _reserve(meta, p, c)
-            if r == 1:
-                b = _claim_bit(meta, npages, p, c)
-                if b >= 0:
-                    if p != h:
-                        cuda.atomic.exch(meta, hint_idx, p)  # hint: racy, harmless
-                    return (p << L.PAGE_SHIFT) + b * class_size(c)
-                _release_slot(meta, p, True)
-                contended = True
-            elif r == 2:
-                contended = True
+            g = _reserve(meta, npages, p, c, want, spread)
+            if g > BUSY:
+                return g
+            if g == BUSY:
+                busy = True
             p += 1
             if p == npages:
                 p = 0
-        if not contended:
+        if not busy:
             break
-    return L.NULL
+    return 0
+
+
+@cuda.jit(device=True)
+def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
+    """Serve one block of class ``c`` to each lane of a group; offset or NULL.
+
+    Every lane of the group (``warp.group`` of the same class) calls. The
+    leader wins blocks for the lanes not served yet and broadcasts each
+    grant; the lanes take theirs by rank. Each round serves at least one
+    lane or ends with NULL for the rest, so there are at most ``lanes``
+    rounds, the same number for every lane of the group.
+    """
+    spread = _warp_number()
+    slot = spread % hint_slots(npages)
+    hint_idx = hint_word(c, slot)
+    size = class_size(c)
+    off = int64(L.NULL)
+    served = int64(0)
+    for _ in range(lanes):
+        g = int64(0)
+        if rank == 0:
+            h = meta[hint_idx] - 1  # racy hint: any value is safe
+            if h < 0 or h >= npages:
+                h = slot_start(npages, slot)
+            g = _find(meta, npages, c, lanes - served, h, spread)
+            if g != 0 and grant_page(g) != h:
+                cuda.atomic.exch(meta, hint_idx, grant_page(g) + 1)  # hint: racy, harmless
+        g = warp.share(mask, leader, g)
+        if g == 0:
+            break
+        k = rank - served
+        got = grant_count(g)
+        if k >= 0 and k < got:
+            off = (grant_page(g) << L.PAGE_SHIFT) + grant_block(g, k) * size
+        served += got
+        if served >= lanes:
+            break
+    return off
 
 
 @cuda.jit(device=True)
 def _alloc_uncounted(meta, npages, nbytes):
-    """``alloc`` without the failure count and the fence; offset or NULL."""
+    """``alloc`` without the failure count and the fence; offset or NULL.
+
+    Every lane calls ``warp.group`` once: lanes asking for the same size
+    class form a group; the others a group of one each.
+    """
     n = int64(nbytes)
+    small = n > 0 and n <= L.MAX_SMALL
+    c = int64(0)
+    key = warp.solo_key()
+    if small:
+        c = size_class(n)
+        key = c
+    mask, leader, rank, lanes = warp.group(key)
+    if small:
+        return _alloc_small(meta, npages, c, mask, leader, rank, lanes)
     if n > 0 and n <= (npages << L.PAGE_SHIFT):
-        if n <= L.MAX_SMALL:
-            return _alloc_small(meta, npages, size_class(n))
         return _alloc_large(meta, npages, pages_for(n))
     return int64(L.NULL)
 
@@ -209,11 +316,15 @@ def alloc(ctx, nbytes):
     """Allocate a block of at least ``nbytes`` bytes; return its offset.
 
     Any thread of any kernel may call, in divergent code too; lanes never
-    wait for one another. The offset is a multiple of 16 into ``ctx.arena``.
+    wait for lanes that are not calling. The offset is a multiple of 16 into
+    ``ctx.arena``.
 
-    Atomics, uncontended: one ``cas`` on a page state word and one ``or`` on
-    a bitmap word (blocks up to 8 KiB); one ``cas`` per page (large blocks);
-    plus the pages-used ``add`` and peak ``max`` when a page is taken. Then
+    Atomics, blocks up to 8 KiB: one ``cas`` on a page state word per group
+    of lanes of a warp asking for the same size class (a lone lane is a
+    group of one) while the slab has never-used blocks; reusing freed blocks
+    adds one ``and`` on a bitmap word per group. Large blocks: one ``cas``
+    per page. Plus the pages-used ``add`` and peak ``max`` when a page is
+    taken, and the hint ``exch`` when a group moves to another page. Then
     one ``threadfence`` (acquire).
 
     :returns: the offset, or ``devalloc.NULL`` if ``nbytes <= 0``, if it is
@@ -230,19 +341,37 @@ def alloc(ctx, nbytes):
 
 
 @cuda.jit(device=True)
-def _free_small(meta, npages, p, c, rel):
+def _free_small(meta, npages, p, s, rel):
+    """Free the block at ``rel`` in slab ``p`` (state guess ``s``); 1, or 0 if invalid.
+
+    Every lane that frees calls (``free`` groups lanes by bitmap word): the
+    leader sets the group's bits with one ``or`` and gives their slots back
+    with one ``add``; each lane learns from the old bits whether its block
+    was live. Atomics per group: one ``or``, one ``add`` (and the retire).
+    """
+    c = (s & L.TAG_MASK) - 1
     size = class_size(c)
     b = rel // size
-    if rel - b * size != 0 or b >= class_blocks(c):
+    widx = int64(warp.solo_key())
+    bit = int64(0)
+    if rel - b * size == 0 and b < ((s >> L.CURSOR_SHIFT) & L.CURSOR_MASK):
+        widx = bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
+        bit = int64(1) << (b % L.BITS_PER_WORD)
+    mask, leader, rank, lanes = warp.group(widx)
+    if bit == 0:
         return 0
-    w = b // L.BITS_PER_WORD
-    bit = int64(1) << (b % L.BITS_PER_WORD)
-    # Bitmap word: and; if the bit was already clear nothing changed.
-    old = cuda.atomic.and_(meta, bits_base(npages) + p * L.BITMAP_WORDS + w,
-                           ~bit & L.WORD_MASK)
-    if old & bit == 0:
+    bits, dup = warp.merge_bits(mask, bit)
+    old = int64(0)
+    if rank == 0:
+        # Bitmap word: or (set = freed), races with other freers and with
+        # reusers' and. Bits already set were not live: invalid frees.
+        old = cuda.atomic.or_(meta, widx, bits)
+        freed = popc32(bits & ~old)
+        if freed:
+            _release_slots(meta, npages, p, freed, False)
+    old = warp.share(mask, leader, old)
+    if old & bit or dup:
         return 0
-    _release_slot(meta, p, False)
     return 1
 
 
@@ -255,11 +384,12 @@ def free(ctx, off):
     block, outside the heap) changes nothing and is counted in
     ``invalid_frees``.
 
-    Atomics: one ``threadfence`` (release), then for a small block one
-    ``and`` on its bitmap word and one ``add`` on the page state word (plus a
-    ``cas`` and the pages-used ``add`` when the slab empties); for a large
-    block one ``cas`` on its head page, one ``and`` per tail page and the
-    pages-used ``add``.
+    Atomics: one ``threadfence`` (release), then for small blocks one ``or``
+    on the bitmap word and one ``add`` on the page state word per group of
+    lanes of a warp freeing blocks of the same bitmap word (a lone lane is a
+    group of one), plus the retire (a ``cas``, an ``exch`` and the pages-used
+    ``add``) when the slab empties; for a large block one ``cas`` on its
+    head page, one ``and`` per tail page and the pages-used ``add``.
     """
     meta = ctx.meta
     o = int64(off)
@@ -267,18 +397,22 @@ def free(ctx, off):
         return
     npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
     ok = 0
-    if o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0:
-        p = o >> L.PAGE_SHIFT
-        rel = o - (p << L.PAGE_SHIFT)
+    inside = o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0
+    p = o >> L.PAGE_SHIFT
+    rel = o - (p << L.PAGE_SHIFT)
+    s = int64(0)
+    if inside:
         # Release: our writes to the block are ordered before the atomic that
         # frees it. Being before the load, the fence also orders the load
         # after whatever made this offset known to us (docs/correctness.md).
         cuda.threadfence()
-        t = meta[L.STATE_BASE + p] & L.TAG_MASK  # see "Known limits"
-        if t == L.TAG_HEAD:
-            if rel == 0:
-                ok = _free_large(meta, p)
-        elif t >= 1 and t <= L.NCLASSES:
-            ok = _free_small(meta, npages, p, t - 1, rel)
+        s = meta[L.STATE_BASE + p]  # see "Known limits"
+    t = s & L.TAG_MASK
+    if inside and t >= 1 and t <= L.NCLASSES:
+        ok = _free_small(meta, npages, p, s, rel)
+    else:
+        warp.group(warp.solo_key())  # every lane that frees joins one group
+        if inside and t == L.TAG_HEAD and rel == 0:
+            ok = _free_large(meta, p)
     if not ok:
         _count(meta, L.S_INVALID)

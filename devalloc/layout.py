@@ -67,6 +67,9 @@ TAG_HEAD = 0x40
 TAG_TAIL = 0x41
 #: Head of a bump chunk (devalloc.bump); n = its pages. Not freeable.
 TAG_BUMP = 0x42
+#: A slab being retired: its last block was freed and the retiring thread is
+#: clearing its bitmap. Nobody else changes the page until it becomes FREE.
+TAG_RETIRING = 0x43
 
 N_SHIFT = 8
 N_BITS = 32
@@ -78,6 +81,16 @@ COUNT_MASK = ((1 << 23) - 1) << COUNT_SHIFT
 #: When a page's count field reaches this value, the allocating thread moves
 #: it into the global ALLOC_FOLD word; the field never overflows its 23 bits.
 COUNT_FOLD = 1 << 22
+
+# A slab splits the n field in two (large heads use all 32 bits of n):
+# bits  8..23  live:   blocks handed out and not freed, plus reserved slots
+# bits 24..39  cursor: blocks handed out by bumping since the slab was taken
+# Blocks at or past the cursor have never been handed out; below it, the
+# slab's bitmap marks the blocks that were freed (see devalloc/device.py).
+LIVE_MASK = (1 << 16) - 1
+CURSOR_SHIFT = 24
+CURSOR_ONE = 1 << CURSOR_SHIFT
+CURSOR_MASK = (1 << 16) - 1
 
 # ------------------------------------------------------------ global words
 #: Pages currently held by slabs and large blocks.
@@ -104,9 +117,15 @@ S_SCOPE_MISUSE = 2
 S_SCOPE_CHUNKS = 3   # chunks ever taken (subtracted from allocs)
 S_SCOPE_LIVE = 4     # chunks held now (subtracted from live blocks)
 S_SCOPE_BYTES = 5    # their reserved bytes (subtracted from in_use)
-#: Per-class hint: a page that recently served the class.
+#: Per-class hints, HINT_SLOTS per class: page + 1 of a slab that recently
+#: served the class (0: none yet). Warps use the slot of their warp number
+#: (:func:`hint_word`), so in a large heap up to HINT_SLOTS slabs of a class
+#: fill side by side instead of every warp of the grid hitting one word.
+HINT_SLOTS = 8
+#: A heap gets one slot per this many pages (at least 1, at most HINT_SLOTS).
+PAGES_PER_SLOT = 256
 HINT_BASE = STRIPE_BASE + STRIPES * STRIPE_STRIDE
-HEADER_WORDS = HINT_BASE + NCLASSES
+HEADER_WORDS = HINT_BASE + NCLASSES * HINT_SLOTS
 STATE_BASE = HEADER_WORDS
 
 #: Most pages a heap may have: page indices must fit the bump word (25 bits).
@@ -323,3 +342,122 @@ def word_valid_mask(c, w):
 def class_words(c):
     """Return the number of bitmap words a slab of class ``c`` uses."""
     return (class_blocks(c) + BITS_PER_WORD - 1) // BITS_PER_WORD
+
+
+@register_jitable
+def slab_live(s):
+    """Return the live field (blocks out plus reserved slots) of slab state ``s``."""
+    return (s >> N_SHIFT) & LIVE_MASK
+
+
+@register_jitable
+def slab_cursor(s):
+    """Return the cursor field (blocks ever bumped) of slab state ``s``."""
+    return (s >> CURSOR_SHIFT) & CURSOR_MASK
+
+
+@register_jitable
+def hint_slots(npages):
+    """Return how many hint slots per class a heap of ``npages`` pages uses."""
+    k = npages // PAGES_PER_SLOT
+    if k < 1:
+        return 1
+    if k > HINT_SLOTS:
+        return HINT_SLOTS
+    return k
+
+
+@register_jitable
+def hint_word(c, slot):
+    """Return the metadata word of class ``c``'s hint in ``slot``."""
+    return HINT_BASE + c * HINT_SLOTS + slot
+
+
+@register_jitable
+def slot_start(npages, slot):
+    """Return the page where ``slot`` starts searching while it has no hint.
+
+    Slots start 1/32 of the arena apart, all in the lowest quarter (large
+    blocks are taken from the top).
+    """
+    return slot * (npages // 32)
+
+
+@register_jitable
+def popc32(x):
+    """Return the number of set bits of ``x`` (0 <= x < 2**32)."""
+    x = x - ((x >> 1) & 0x55555555)
+    x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+    x = (x + (x >> 4)) & 0x0F0F0F0F
+    return ((x * 0x01010101) & 0xFFFFFFFF) >> 24
+
+
+@register_jitable
+def nth_set_bit(m, k):
+    """Return the index of the ``k``-th (from 0) lowest set bit of ``m``.
+
+    ``m`` is a 32-bit mask with more than ``k`` bits set.
+    """
+    for _ in range(k):
+        m &= m - 1
+    return floor_log2(m & -m)
+
+
+@register_jitable
+def lowest_bits(m, k):
+    """Return the ``k`` lowest set bits of ``m`` (all of them if fewer)."""
+    out = 0
+    for _ in range(k):
+        if m == 0:
+            break
+        low = m & -m
+        out |= low
+        m ^= low
+    return out
+
+
+# ------------------------------------------------------------- grants
+# What a warp's leader won for its group in one round (devalloc/device.py),
+# broadcast to the group as one int64:
+# bits  0..31  bump: first block | count << 16;  reuse: mask of blocks in word w
+# bits 32..36  reuse: the bitmap word w
+# bit  37      set for a reuse grant
+# bits 38..62  page + 1 (0: nothing was won)
+GRANT_WORD_SHIFT = 32
+GRANT_REUSE = 1 << 37
+GRANT_PAGE_SHIFT = 38
+
+
+@register_jitable
+def bump_grant(page, first, count):
+    """Return the grant of blocks ``first``..``first + count - 1`` of ``page``."""
+    return ((page + 1) << GRANT_PAGE_SHIFT) | (count << 16) | first
+
+
+@register_jitable
+def reuse_grant(page, w, mask):
+    """Return the grant of the blocks whose bits are ``mask`` in word ``w`` of ``page``."""
+    return ((page + 1) << GRANT_PAGE_SHIFT) | GRANT_REUSE | (w << GRANT_WORD_SHIFT) | mask
+
+
+@register_jitable
+def grant_page(g):
+    """Return the page of grant ``g`` (-1: nothing was won)."""
+    return (g >> GRANT_PAGE_SHIFT) - 1
+
+
+@register_jitable
+def grant_count(g):
+    """Return how many blocks grant ``g`` holds."""
+    if g & GRANT_REUSE:
+        return popc32(g & WORD_MASK)
+    return (g >> 16) & 0xFFFF
+
+
+@register_jitable
+def grant_block(g, k):
+    """Return the slab block index of the ``k``-th block of grant ``g``."""
+    if g & GRANT_REUSE:
+        w = (g >> GRANT_WORD_SHIFT) & 31
+        return w * BITS_PER_WORD + nth_set_bit(g & WORD_MASK, k)
+    return (g & 0xFFFF) + k

@@ -110,7 +110,7 @@ def usage_from_meta(meta, npages):
         if not nslabs:
             continue
         size = L.class_size(c)
-        live = int(n[slabs].sum())
+        live = int((n[slabs] & L.LIVE_MASK).sum())
         small_live += live
         small_bytes += live * size
         classes[size] = ClassUsage(size, live, nslabs, nslabs * L.PAGE - live * size)
@@ -161,11 +161,10 @@ def live_blocks(meta, npages):
         if t == L.TAG_HEAD:
             out.append((p * L.PAGE, L.state_n(s) * L.PAGE))
         elif 1 <= t <= L.NCLASSES:
+            # Live: handed out (below the cursor) and not freed (bit clear).
             size = L.class_size(t - 1)
             words = meta[base + p * L.BITMAP_WORDS:base + (p + 1) * L.BITMAP_WORDS]
-            for w in np.flatnonzero(words):
-                word = int(words[w])
-                for b in range(L.BITS_PER_WORD):
-                    if word >> b & 1:
-                        out.append((p * L.PAGE + (int(w) * L.BITS_PER_WORD + b) * size, size))
+            for b in range(L.slab_cursor(s)):
+                if not int(words[b // L.BITS_PER_WORD]) >> (b % L.BITS_PER_WORD) & 1:
+                    out.append((p * L.PAGE + b * size, size))
     return out

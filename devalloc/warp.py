@@ -8,12 +8,17 @@ position among the group's lanes). Only active lanes take part, so this is
 safe in divergent code: a lane never waits for a lane that is not there.
 
 On the GPU these are ``activemask``, ``match_any_sync``, ``lanemask_lt``,
-``popc`` and ``shfl_sync``. The CUDA simulator has no warp intrinsics, so on
+``popc`` and ``shfl_sync``. ``merge_bits`` ORs one value per lane over a
+group (one ``shfl_sync`` per lane of the group) and tells each lane whether a
+lower lane brought the same value. The CUDA simulator has no warp intrinsics, so on
 the simulator every lane forms a group of one by default (mask 1, leader 0,
 rank 0, size 1): always correct, divergent code included, not aggregated. The
 compiled GPU code is the same either way. Tests can make whole converged
 warps rendezvous instead (``with warp.simulate("warp"):``) so that groups of
-up to 32 lanes, and their one atomic per group, are exercised too.
+up to 32 lanes, and their one atomic per group, are exercised too. There,
+``group`` needs every lane of the warp to reach it (convergent code); the
+calls after it (``share``, ``merge_bits``) need only the lanes of the group,
+which may make different numbers of calls than other groups.
 """
 
 from numba import config, cuda, int64
@@ -38,6 +43,15 @@ if config.ENABLE_CUDASIM:
             self.barrier = threading.Barrier(lanes, timeout=TIMEOUT)
             self.keys = {}
             self.values = {}
+            self.groups = {}  # mask -> Barrier of the group's lanes
+
+        def group_barrier(self, mask):
+            with _TABLE_LOCK:
+                b = self.groups.get(mask)
+                if b is None:
+                    b = self.groups[mask] = threading.Barrier(bin(mask).count("1"),
+                                                              timeout=TIMEOUT)
+            return b
 
     def _warp_of_this_thread():
         t = threading.current_thread()
@@ -76,17 +90,38 @@ if config.ENABLE_CUDASIM:
         mask = sum(1 << other for other in same)
         return mask, same[0], same.index(lane), len(same)
 
+    def _exchange(mask, value):
+        # Post value, wait for the group, return {lane: value} of the group.
+        w, lane = _warp_of_this_thread()
+        b = w.group_barrier(mask)
+        w.values[lane] = value
+        b.wait()
+        got = {other: w.values[other] for other in range(32) if mask >> other & 1}
+        b.wait()  # everyone has read the values before they are reused
+        return got, lane
+
     def share(mask, leader, value):
         """Return the leader's ``value`` to every lane of its group."""
-        if MODE == "single":
+        if MODE == "single" or mask & (mask - 1) == 0:
             return value
-        w, lane = _warp_of_this_thread()
-        if lane == leader:
-            w.values[leader] = value
-        w.barrier.wait()
-        v = w.values[leader]
-        w.barrier.wait()
-        return v
+        got, _ = _exchange(mask, value)
+        return got[leader]
+
+    def merge_bits(mask, value):
+        """Return (OR of ``value`` over the group, whether a lower lane has ``value``)."""
+        if MODE == "single" or mask & (mask - 1) == 0:
+            return value, False
+        got, lane = _exchange(mask, value)
+        acc = 0
+        for v in got.values():
+            acc |= v
+        return acc, any(v == value for other, v in got.items() if other < lane)
+
+    def solo_key():
+        """Return a ``group`` key no other lane of the warp uses."""
+        if MODE == "single":
+            return -2
+        return -2 - _warp_of_this_thread()[1]
 
 else:
 
@@ -108,3 +143,28 @@ else:
     def share(mask, leader, value):
         """Return the leader's ``value`` to every lane of ``mask``. No atomics."""
         return cuda.shfl_sync(mask, int64(value), leader)
+
+    @cuda.jit(device=True)
+    def merge_bits(mask, value):
+        """Return (OR of ``value`` over ``mask``, whether a lower lane has ``value``).
+
+        Every lane of ``mask`` must call. One ``shfl_sync`` per lane of the
+        group, no atomics.
+        """
+        me = cuda.laneid
+        acc = int64(0)
+        dup = False
+        m = mask
+        while m != 0:
+            src = cuda.ffs(m) - 1
+            v = cuda.shfl_sync(mask, int64(value), src)
+            if src < me and v == value:
+                dup = True
+            acc |= v
+            m &= m - 1
+        return acc, dup
+
+    @cuda.jit(device=True)
+    def solo_key():
+        """Return a ``group`` key no other lane of the warp uses."""
+        return int64(-2 - cuda.laneid)

@@ -30,11 +30,14 @@ simulator_only = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="counts si
 
 #: Exact atomics of the small-block path with no other thread running, by
 #: kind (devalloc/device.py's docstring). The first alloc also takes a page
-#: (pages-used add, peak max). Update these with the slab path.
+#: (pages-used add, peak max). A slab with never-used blocks serves an
+#: allocation with its one state-word cas; reusing a freed block adds the
+#: bitmap and. A free sets its bit and gives its slot back.
 UNCONTENDED = {
-    "cold": {"cas": 1, "or_": 1, "add": 1, "max": 1},
-    "alloc": {"cas": 1, "or_": 1},
-    "free": {"and_": 1, "add": 1},
+    "cold": {"cas": 1, "add": 1, "max": 1},
+    "alloc": {"cas": 1},
+    "reuse": {"cas": 1, "and_": 1},
+    "free": {"or_": 1, "add": 1},
 }
 
 
@@ -46,11 +49,22 @@ def _per_op(tally):
 def test_uncontended_small_path_costs_exact_atomics():
     u = op_counts.uncontended(nbytes=16, count=4)
     assert u["cold"].by_kind == UNCONTENDED["cold"]
-    assert _per_op(u["alloc"]) == UNCONTENDED["alloc"]
+    assert _per_op(u["alloc"]) == UNCONTENDED["alloc"]  # issue 3: one atomic
     assert _per_op(u["free"]) == UNCONTENDED["free"]
     assert u["served"] == 4
     usage = u["usage"]  # the warm-up block is still live, in its slab
     assert (usage.allocs, usage.frees, usage.live_blocks, usage.reserved) == (5, 4, 1, L.PAGE)
+
+
+@simulator_only
+@pytest.mark.parametrize("nbytes", [8192, 4096, 512])
+def test_uncontended_reuse_of_freed_blocks_costs_exact_atomics(nbytes):
+    r = op_counts.uncontended_reuse(nbytes)
+    cap = L.class_blocks(L.size_class(nbytes))
+    assert r["served"] == cap - 1
+    assert _per_op(r["alloc"]) == UNCONTENDED["reuse"]
+    u = r["usage"]
+    assert (u.allocs, u.frees, u.live_blocks, u.reserved) == (2 * cap - 1, cap - 1, cap, L.PAGE)
 
 
 @simulator_only
@@ -62,18 +76,29 @@ def test_a_converged_warp_bumping_one_size_costs_one_cas():
 
 
 @simulator_only
-@pytest.mark.parametrize("mode", op_counts.MODES)
-def test_a_converged_warp_allocating_one_class(mode):
-    w = op_counts.converged_warp(mode, "alloc", nbytes=16)
+def test_a_converged_warp_allocating_one_class_costs_one_cas():
+    w = op_counts.converged_warp("warp", "alloc", nbytes=16)
+    offs = np.sort(w["offsets"])
+    assert (np.diff(offs) == 16).all() and offs[0] == 16  # after the warm block
+    assert w["alloc"].by_kind == {"cas": 1}  # issue 3: one atomic per warp
+    # The 32 blocks (slots 1..32) lie in two bitmap words: one group each,
+    # one or and one add per group.
+    assert w["free"].by_kind == {"or_": 2, "add": 2}
+    u = w["usage"]
+    assert (u.allocs, u.frees, u.live_blocks, u.reserved) == (33, 32, 1, L.PAGE)
+
+
+@simulator_only
+def test_lanes_alone_pay_one_cas_each():
+    w = op_counts.converged_warp("single", "alloc", nbytes=16)
     offs = w["offsets"]
     assert len(set(offs.tolist())) == 32 and (offs >= 0).all()
     assert (offs // L.PAGE == offs[0] // L.PAGE).all()  # all from the warm slab
+    # Lanes race on the one state word: at least one cas each, nothing else.
+    assert set(w["alloc"].by_kind) == {"cas"} and w["alloc"].by_kind["cas"] >= 32
+    assert w["free"].by_kind == {"or_": 32, "add": 32}
     u = w["usage"]
     assert (u.allocs, u.frees, u.live_blocks, u.reserved) == (33, 32, 1, L.PAGE)
-    # alloc is not warp-aggregated yet (issue 3): in either mode every lane
-    # pays its own slot cas and bit or. When aggregation lands, "warp" mode
-    # must drop to a few atomics per warp and this pin must change with it.
-    assert w["alloc"].by_kind.get("cas", 0) >= 32 and w["alloc"].by_kind.get("or_", 0) == 32
 
 
 @simulator_only

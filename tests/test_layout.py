@@ -70,7 +70,7 @@ def test_metadata_regions_do_not_overlap():
     assert L.STRIPE_BASE >= 4
     last_stripe = L.stripe_word(L.STRIPES - 1, L.S_INVALID)
     assert last_stripe < L.HINT_BASE
-    assert L.HINT_BASE + L.NCLASSES == L.STATE_BASE
+    assert L.HINT_BASE + L.NCLASSES * L.HINT_SLOTS == L.STATE_BASE
     assert L.bits_base(10) == L.STATE_BASE + 10
     assert L.meta_words(10) == L.bits_base(10) + 10 * L.BITMAP_WORDS
 
@@ -97,3 +97,51 @@ def test_capacity_for_pages_is_the_inverse_of_pages_for_capacity():
         cap = L.capacity_for_pages(n)
         assert L.pages_for_capacity(cap) == n
         assert L.pages_for_capacity(cap - 1) == n - 1
+
+
+def test_slab_fields_split_n_and_leave_tag_and_count_alone():
+    s = L.pack_state(L.slab_tag(3), 0, 77) + 5 * L.N_ONE + 9 * L.CURSOR_ONE
+    assert (L.slab_live(s), L.slab_cursor(s)) == (5, 9)
+    assert (L.state_tag(s), L.state_count(s)) == (L.slab_tag(3), 77)
+    # The largest slab (1024 blocks) fits both fields.
+    full = L.pack_state(1, 0, 0) + L.MAX_SLAB_BLOCKS * (L.N_ONE + L.CURSOR_ONE)
+    assert (L.slab_live(full), L.slab_cursor(full)) == (L.MAX_SLAB_BLOCKS, L.MAX_SLAB_BLOCKS)
+    assert L.MAX_SLAB_BLOCKS <= L.LIVE_MASK and L.MAX_SLAB_BLOCKS <= L.CURSOR_MASK
+
+
+@pytest.mark.parametrize("x", [0, 1, 2, 3, 0x80000000, 0xFFFFFFFF, 0x12345678, 0xF0F0F0F0])
+def test_popc32_counts_bits(x):
+    assert L.popc32(x) == bin(x).count("1")
+
+
+def test_nth_set_bit_and_lowest_bits():
+    m = 0b1011_0010_0000_0001
+    ones = [i for i in range(32) if m >> i & 1]
+    assert [L.nth_set_bit(m, k) for k in range(len(ones))] == ones
+    assert L.nth_set_bit(0x80000000, 0) == 31
+    assert L.lowest_bits(m, 2) == 0b10_0000_0001
+    assert L.lowest_bits(m, 0) == 0
+    assert L.lowest_bits(m, 32) == m
+    assert L.lowest_bits(0xFFFFFFFF, 32) == 0xFFFFFFFF
+
+
+def test_grants_round_trip():
+    g = L.bump_grant(L.MAX_PAGES - 1, 1000, 24)
+    assert (L.grant_page(g), L.grant_count(g)) == (L.MAX_PAGES - 1, 24)
+    assert [L.grant_block(g, k) for k in (0, 23)] == [1000, 1023]
+    r = L.reuse_grant(5, 31, 0x80000101)
+    assert (L.grant_page(r), L.grant_count(r)) == (5, 3)
+    assert [L.grant_block(r, k) for k in range(3)] == [31 * 32, 31 * 32 + 8, 31 * 32 + 31]
+    assert L.grant_page(0) == -1  # nothing won
+    assert min(g, r) > 1  # never mistaken for devalloc.device's NO/BUSY
+    assert 0 < max(g, r) < 1 << 63
+
+
+def test_hint_slots_grow_with_the_heap_and_start_apart():
+    assert [L.hint_slots(n) for n in (1, 255, 256, 511, 512, 2048, 1 << 20)] == [1, 1, 1, 1, 2, 8, 8]
+    npages = 4096
+    starts = [L.slot_start(npages, s) for s in range(L.hint_slots(npages))]
+    assert starts[0] == 0 and len(set(starts)) == L.HINT_SLOTS
+    assert max(starts) < npages // 4  # slabs start low, large blocks come from the top
+    words = {L.hint_word(c, s) for c in range(L.NCLASSES) for s in range(L.HINT_SLOTS)}
+    assert min(words) == L.HINT_BASE and max(words) == L.STATE_BASE - 1

@@ -33,6 +33,7 @@ INT64_MAX = (1 << 63) - 1
 #: Head of a bump chunk (devalloc.bump), if this layout has them: a run of
 #: pages like a large block's, never counted as a block.
 _TAG_BUMP = getattr(L, "TAG_BUMP", None)
+_TAG_RETIRING = getattr(L, "TAG_RETIRING", None)
 
 
 class Fault(AssertionError):
@@ -69,8 +70,8 @@ def word_name(i, npages):
         name = {L.S_FAILED: "failed", L.S_INVALID: "invalid"}.get(field, f"w{field}")
         return f"stripe{stripe}.{name}"
     if L.HINT_BASE <= i < L.STATE_BASE:
-        c = i - L.HINT_BASE
-        return f"hint[c{c}={L.class_size(c)}B]"
+        c, slot = divmod(i - L.HINT_BASE, L.HINT_SLOTS)
+        return f"hint[c{c}={L.class_size(c)}B][{slot}]"
     if L.STATE_BASE <= i < L.bits_base(npages):
         return f"state[p{i - L.STATE_BASE}]"
     if L.bits_base(npages) <= i < L.meta_words(npages):
@@ -90,8 +91,11 @@ def describe_state(s):
         tag = "TAIL"
     elif t == _TAG_BUMP:
         tag = "BUMP"
+    elif t == _TAG_RETIRING:
+        tag = "RETIRING"
     elif 1 <= t <= L.NCLASSES:
-        tag = f"SLAB{L.class_size(t - 1)}"
+        return (f"SLAB{L.class_size(t - 1)} live={L.slab_live(s)} "
+                f"cursor={L.slab_cursor(s)} count={L.state_count(s)}")
     else:
         tag = f"tag{t}"
     return f"{tag} n={L.state_n(s)} count={L.state_count(s)}"
@@ -209,11 +213,13 @@ def _bitmap(words, npages, p):
 def check_safe(words, npages, model):
     """Check what must hold after every step, operations in flight or not.
 
-    Every word fits in int64; state words are well formed; per slab, bits
-    only where blocks of its class lie and bits set <= n; non-slab pages have
-    empty bitmaps; a HEAD's pages are its TAILs; pages-used never exceeds the
+    Every word fits in int64; state words are well formed; per slab, freed
+    bits only below the cursor and freed bits >= cursor - live (so a holder
+    of a reserved slot always has a freed block to take); other pages have
+    empty bitmaps (but a RETIRING one, being cleared); a HEAD's pages are its TAILs; pages-used never exceeds the
     pages held and the peak stays within [0, npages]; every block
-    the model holds live is still pinned (its page's tag and its bit); the
+    the model holds live is still pinned (its page's tag, below the cursor,
+    its freed bit clear); the
     counters lie between the completed operations and what the operations in
     flight may add (allocs modulo a count fold in flight). Raises :class:`Fault`.
     """
@@ -238,17 +244,28 @@ def check_safe(words, npages, model):
                 raise Fault("state word", f"{where}: a free page with n != 0")
         elif 1 <= t <= L.NCLASSES:
             c = t - 1
-            if n > L.class_blocks(c):
-                raise Fault("state word", f"{where}: n above the {L.class_blocks(c)} slots")
+            live, cursor = L.slab_live(s), L.slab_cursor(s)
+            if cursor > L.class_blocks(c) or live > L.class_blocks(c):
+                raise Fault("state word", f"{where}: above the {L.class_blocks(c)} slots")
             nbits = 0
             for w, word in enumerate(bits):
                 if word & ~L.word_valid_mask(c, w):
                     raise Fault("bitmap", f"{where}: bit set past the last slot in word {w}")
-                nbits += bin(word).count("1")
-            if nbits > n:
-                raise Fault("bits <= live", f"{where}: {nbits} bits set but n = {n}")
+                for k in range(L.BITS_PER_WORD):
+                    if word >> k & 1:
+                        nbits += 1
+                        if w * L.BITS_PER_WORD + k >= cursor:
+                            raise Fault("freed <= cursor", f"{where}: block "
+                                        f"{w * L.BITS_PER_WORD + k} marked freed, never bumped")
+            if nbits < cursor - live:
+                raise Fault("freed >= unreserved", f"{where}: {nbits} freed bits, but "
+                            f"{cursor - live} bumped blocks are neither live nor reserved")
             held += 1
-            live_meta += n
+            live_meta += live
+        elif t == _TAG_RETIRING:
+            if n:
+                raise Fault("state word", f"{where}: retiring with n != 0")
+            held += 1
         elif t == L.TAG_HEAD or t == _TAG_BUMP:
             if n < 1 or p + n > npages:
                 raise Fault("state word", f"{where}: head of {n} pages does not fit")
@@ -263,7 +280,7 @@ def check_safe(words, npages, model):
             held += 1
         else:
             raise Fault("state word", f"{where}: unknown tag {t}")
-        if not (1 <= t <= L.NCLASSES) and any(bits):
+        if not (1 <= t <= L.NCLASSES) and t != _TAG_RETIRING and any(bits):
             raise Fault("bitmap", f"{where}: bits set on a page that is not a slab")
     used, peak = words[L.H_PAGES_USED], words[L.H_PEAK_PAGES]
     if used > held:
@@ -301,9 +318,12 @@ def _check_pinned(words, npages, b):
         if L.state_tag(s) != L.slab_tag(c):
             raise Fault("live block pinned", f"{b} lies on page {p}, now {describe_state(s)}")
         k = (b.off % L.PAGE) // L.class_size(c)
+        if k >= L.slab_cursor(s):
+            raise Fault("live block pinned", f"{b}: block {k} on page {p} is past "
+                        f"the cursor ({describe_state(s)})")
         word = _bitmap(words, npages, p)[k // L.BITS_PER_WORD]
-        if not (word >> (k % L.BITS_PER_WORD)) & 1:
-            raise Fault("live block pinned", f"{b}: its bit {k} on page {p} is clear")
+        if (word >> (k % L.BITS_PER_WORD)) & 1:
+            raise Fault("live block pinned", f"{b}: block {k} on page {p} is marked freed")
     elif L.state_tag(s) != L.TAG_HEAD or L.state_n(s) != L.pages_for(b.size):
         raise Fault("live block pinned", f"{b}: its head page {p} is {describe_state(s)}")
 
@@ -317,8 +337,8 @@ def _stripes(words):
 def check_quiescent(words, npages, model, pages_used_max):
     """Check the exact invariants of a state with no operation in flight.
 
-    Every slab's bitmap is exactly the model's live blocks on that page and
-    its n their number; no slab is empty (the last free retired it); every
+    Every slab's freed bits are exactly its bumped blocks that the model does
+    not hold live, and its live field their number; no slab is empty (the last free retired it); every
     HEAD is a live large block of the model and every TAIL belongs to one;
     pages-used equals the pages held; the peak equals the highest value the
     pages-used word ever held (``pages_used_max``); and ``usage_from_meta``
@@ -344,19 +364,23 @@ def check_quiescent(words, npages, model, pages_used_max):
         if 1 <= t <= L.NCLASSES:
             want_c, want = small.get(p, (t - 1, set()))
             bits = _bitmap(words, npages, p)
-            got = {w * L.BITS_PER_WORD + k for w, word in enumerate(bits)
-                   for k in range(L.BITS_PER_WORD) if (word >> k) & 1}
+            freed = {w * L.BITS_PER_WORD + k for w, word in enumerate(bits)
+                     for k in range(L.BITS_PER_WORD) if (word >> k) & 1}
+            got = set(range(L.slab_cursor(s))) - freed
+            n = L.slab_live(s)
             if want_c != t - 1 or got != want or n != len(want):
-                raise Fault("bit set iff live", f"{where}: bits {sorted(got)}, the "
-                            f"history's live blocks of class {L.class_size(want_c)} "
-                            f"are slots {sorted(want)}")
+                raise Fault("bit clear iff live", f"{where}: bumped and not freed "
+                            f"{sorted(got)}, the history's live blocks of class "
+                            f"{L.class_size(want_c)} are slots {sorted(want)}")
             if n == 0:
                 raise Fault("empty slab retired", f"{where}: empty but not retired")
         elif p in small:
-            raise Fault("bit set iff live", f"{where} holds live blocks {sorted(small[p][1])}")
+            raise Fault("bit clear iff live", f"{where} holds live blocks {sorted(small[p][1])}")
         elif t == L.TAG_HEAD and heads.get(p) != n:
             raise Fault("head iff live", f"{where}: the history has no live large "
                         f"block of {n} pages there")
+        elif t == _TAG_RETIRING:
+            raise Fault("empty slab retired", f"{where}: still retiring")
         elif t == _TAG_BUMP:
             raise Fault("head iff live", f"{where}: a bump chunk, but the history "
                         "has no bump allocation")

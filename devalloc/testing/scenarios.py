@@ -70,6 +70,12 @@ EXHAUSTIVE = (
         _t(0, 0, (A, 4096), (A, 4096), (F, 0)),
         _t(1, 0, (A, 4096), (F, 0), (A, 4096)),
     )),
+    # A two-slot slab, both blocks bumped: a reuse of the first freed block
+    # racing with the free of the second into the same bitmap word.
+    Scenario("reuse_race", 1, (
+        _t(0, 0, (A, 8192), (A, 8192), (F, 0), (F, 1)),
+        _t(1, 0, (A, 8192), (F, 0), (A, 8192)),
+    )),
     # Four operations each: frees of the newest and the oldest block racing
     # with allocations in one bitmap word.
     Scenario("free_vs_alloc_long", 1, (
