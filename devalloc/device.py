@@ -1,79 +1,79 @@
 """Device side: ``alloc`` and ``free``, called by GPU threads inside kernels.
 
+The slab path is in :mod:`devalloc.device_slab`, large blocks and page
+accounting in :mod:`devalloc.device_large`; this docstring covers all three.
+
 Shared metadata (the ``int64`` array ``ctx.meta``; word layout in
 :mod:`devalloc.layout`) and who touches it:
 
-* **page state word** ``meta[STATE_BASE + p]`` (tag, n, count). Written only
-  with atomics: ``cas`` by allocators (reserve a slot in a slab, turn a free
-  page into a slab or part of a large block, retire an empty slab) and by
-  ``free`` of a large block; ``add`` by ``free`` of a small block (give a slot
-  back); ``and`` by large-block claim rollback and large ``free`` (tail pages
-  back to free, count kept). Plain loads only produce *guesses* that a later
-  ``cas`` validates. The state word is the single source of truth for what a
-  page is; while a slab has a live block its tag cannot change.
-* **slab bitmap word**: bit set = block handed out. Set with ``or`` by the
-  thread that holds a reserved slot; cleared with ``and`` by ``free``. Plain
-  loads are guesses validated by the ``or``/``and`` result.
+* **page state word** ``meta[STATE_BASE + p]`` (tag, n, count; a slab splits
+  n into *live* and *cursor*). Written only with atomics: ``cas`` by
+  allocators (take a free page as a slab, hand out blocks, reserve freed
+  blocks, take pages for a large block), by the retire of an empty slab
+  (slab -> RETIRING) and by ``free`` of a large block; ``add`` by ``free``
+  of small blocks (give slots back); ``exch`` by the retiring thread
+  (RETIRING -> FREE) and by a large claim crowning its head; ``and`` by
+  large-block rollback and free (tail pages back to free, count kept).
+  Plain loads only produce *guesses* that a later ``cas`` validates. The
+  state word is the single source of truth for what a page is; while a slab
+  has a live block its tag cannot change.
+* **slab bitmap word**: bit set = the block, below the cursor, was *freed*.
+  Set with ``or`` by ``free``; cleared with ``and`` by an allocator that
+  reserved slots and takes freed blocks for them; cleared with plain stores
+  by the retiring thread while the page is RETIRING (nobody else may touch
+  it then). Blocks at or past the cursor were never handed out: a fresh
+  slab needs no bitmap traffic at all.
 * **global words** (pages used, peak, fold, undo): ``add``/``max`` on page-level
   events only (a slab taken or retired, a large block taken or freed), never
   per small allocation.
 * **failure stripes**: ``add`` on the failure paths, striped by block index.
-* **class hints**: racy ``exch`` stores and plain loads; any value is safe
-  because every hint is range-checked and validated by the state ``cas``.
+* **class hints** (HINT_SLOTS per class, a warp uses the slot of its warp
+  number): racy ``exch`` stores and plain loads; any value is safe because
+  every hint is range-checked and validated by the state ``cas``.
 
-Invariant per slab: bits set <= live slots (``alloc`` reserves a slot before
-setting its bit; ``free`` clears the bit before giving the slot back), so a
-thread holding a reserved slot always has a clear bit to find, and a slab
-whose live count reaches zero has an all-zero bitmap and may be retired and
-reused with no initialisation.
+Invariant per slab: freed bits >= cursor - live, i.e. at least as many
+blocks are marked freed as there are bumped blocks that are neither live nor
+reserved (``free`` sets its bit before it gives the slot back; a reuser
+reserves slots before it takes bits). So a reuser's picked bits exist unless
+another reuser took them first, and when live reaches zero every bumped
+block is marked freed: the retiring thread clears those bits, so a page
+that becomes FREE has an all-zero bitmap and any class may take it.
+
+Warp aggregation (:mod:`devalloc.warp`). Lanes of a warp that call ``alloc``
+for the same size class at the same time form a group; its leader wins
+blocks for all of them (one ``cas`` for a run of never-used blocks, or a
+``cas`` and an ``and`` for freed blocks of one bitmap word) and broadcasts
+a *grant*; lanes take their block by rank. Lanes that ``free`` blocks of one
+bitmap word form a group; its leader sets all their bits with one ``or`` and
+gives the slots back with one ``add``. A lone lane is a group of one.
 
 Memory ordering. numba's atomics are relaxed. ``free`` issues
 ``cuda.threadfence()`` before the atomic that releases the block (release:
 the owner's writes to the block are visible before anyone can claim it), and
 ``alloc`` issues one after the atomic that claims it (acquire: the new owner's
-accesses happen after the claim). Metadata needs no further fences: every
-state change is made by an atomic whose returned value validates it. Plain
-loads only choose what to try (a page, a word, a hint); a stale one costs a
-skipped page or a retry, never a wrong change, with one documented exception
-(an invalid free racing with page reuse: docs/correctness.md).
+accesses happen after the claim). The retiring thread fences between
+clearing the bitmap and making the page FREE. Where one atomic must be
+performed before the next (a free's ``or`` before its ``add``; a reuser's
+``cas`` before its ``and``), the second is issued only once the first has
+returned the value it depends on. Plain loads only choose what to try (a
+page, a word, a hint); a stale one costs a skipped page or a retry, never a
+wrong change, with one documented exception (an invalid free racing with
+page reuse: docs/correctness.md).
 
-Progress. No thread ever waits for another: there are no locks and no spins
-on a value another thread must change. Every loop is bounded by the number
-of pages, bitmap words or ``RETRIES``; running out of bounds returns NULL.
+Progress. No thread ever waits for another, with one exception that is
+bounded: lanes of a group wait at the leader's ``shfl_sync``, and the leader
+is on the same bounded path. There are no locks and no spins on a value
+another thread must change. Every loop is bounded by the number of pages,
+bitmap words, lanes or ``RETRIES``; running out of bounds returns NULL.
 """
 
 from numba import cuda, int64
 
 from . import layout as L
 from . import warp
-from .device_large import RETRIES, _alloc_large, _fold, _free_large, _pages_changed
-from .layout import (
-    bits_base,
-    bump_grant,
-    class_blocks,
-    class_size,
-    class_words,
-    grant_block,
-    grant_count,
-    grant_page,
-    hint_slots,
-    hint_word,
-    lowest_bits,
-    pages_for,
-    popc32,
-    reuse_grant,
-    size_class,
-    slab_tag,
-    slot_start,
-    stripe_word,
-    word_valid_mask,
-)
-
-#: Passes of the small-block scan, repeated only while races were lost.
-SMALL_PASSES = 4
-#: ``_reserve`` results that are not grants (every grant is >= 1 << 38).
-NO = 0
-BUSY = 1
+from .device_large import _alloc_large, _free_large
+from .device_slab import _alloc_small, _free_small
+from .layout import pages_for, size_class, stripe_word
 
 
 @cuda.jit(device=True)
@@ -82,211 +82,6 @@ def _count(meta, field):
     # that share a stripe. Ordering irrelevant: read by the host after sync.
     stripe = cuda.blockIdx.x % L.STRIPES
     cuda.atomic.add(meta, stripe_word(stripe, field), 1)
-
-
-@cuda.jit(device=True)
-def _warp_number():
-    # The warp's number in the grid (1-D numbering; any value is correct,
-    # it only spreads warps over hint slots and bitmap words).
-    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> 5
-
-
-@cuda.jit(device=True)
-def _pick(meta, npages, p, c, spread, want):
-    """Guess up to ``want`` freed blocks of slab ``p``: return (word, bits).
-
-    Plain loads only, from word ``spread`` on; (0, 0) if none is seen.
-    """
-    base = bits_base(npages) + p * L.BITMAP_WORDS
-    nw = class_words(c)
-    for i in range(nw):
-        w = (spread + i) % nw
-        free = meta[base + w] & word_valid_mask(c, w)  # guess
-        if free != 0:
-            return w, lowest_bits(free, want)
-    return 0, 0
-
-
-@cuda.jit(device=True)
-def _reserve(meta, npages, p, c, want, spread):
-    """Win up to ``want`` blocks of class ``c`` on page ``p``; return a grant.
-
-    A free page becomes a slab of class ``c``. Blocks come from the slab's
-    cursor while it has unbumped blocks (one ``cas`` on the state word raises
-    live, cursor and count together: that ``cas`` is the whole allocation),
-    else from its freed blocks: one ``cas`` reserves as many slots as the
-    bits picked from one bitmap word, then one ``and`` takes those bits (the
-    bits it did not get are given back as undone reservations).
-
-    Returns a grant (:func:`layout.bump_grant`/``reuse_grant``), ``NO`` when
-    the page cannot serve the class, or ``BUSY`` when it could but every try
-    lost a race. Atomics: ``cas`` per try (<= RETRIES), then the ``and`` on
-    the reuse path; pages-used ``add`` and peak ``max`` when a page is taken.
-    """
-    idx = L.STATE_BASE + p
-    tag = slab_tag(c)
-    cap = class_blocks(c)
-    s = meta[idx]  # guess, validated by the cas
-    for _ in range(RETRIES):
-        t = s & L.TAG_MASK
-        first = int64(0)
-        w = int64(0)
-        pick = int64(0)
-        if t == L.TAG_FREE:
-            got = min(want, cap)
-            new = (s & L.COUNT_MASK) + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE) + tag
-        elif t == tag:
-            first = (s >> L.CURSOR_SHIFT) & L.CURSOR_MASK
-            live = (s >> L.N_SHIFT) & L.LIVE_MASK
-            if first < cap:
-                got = min(want, cap - first)
-                new = s + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE)
-            elif live < cap:
-                w, pick = _pick(meta, npages, p, c, spread, min(want, cap - live))
-                if pick == 0:
-                    return BUSY  # the freed blocks' bits are still being set
-                got = popc32(pick)
-                new = s + got * (L.COUNT_ONE + L.N_ONE)
-            else:
-                return NO
-        else:
-            return NO
-        new, folded = _fold(new)
-        # State word: cas, races with every allocator and freer of page p.
-        old = cuda.atomic.cas(meta, idx, s, new)
-        if old == s:
-            if folded:
-                cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)
-            if t == L.TAG_FREE:
-                _pages_changed(meta, 1)
-            if pick == 0:
-                return bump_grant(p, first, got)
-            mine = _take_bits(meta, bits_base(npages) + p * L.BITMAP_WORDS + w, pick)
-            lost = got - popc32(mine)
-            if lost:
-                _release_slots(meta, npages, p, lost, True)
-            if mine == 0:
-                return BUSY
-            return reuse_grant(p, w, mine)
-        s = old
-    return BUSY
-
-
-@cuda.jit(device=True)
-def _take_bits(meta, widx, pick):
-    """Clear the bits ``pick`` of bitmap word ``widx``; return those that were set.
-
-    Only a thread holding as many reserved slots of the slab may call. One
-    ``and``: it races with other reusers and with freers, and its old value
-    says which of the picked (freed) blocks are now ours.
-    """
-    return cuda.atomic.and_(meta, widx, ~pick & L.WORD_MASK) & pick
-
-
-@cuda.jit(device=True)
-def _release_slots(meta, npages, p, k, undo):
-    """Give back ``k`` slots of the slab on page ``p``; retire it when empty.
-
-    ``undo`` counts the slots as reservations that were never used (not
-    frees). Atomics: one ``add`` on the state word; when the slab became
-    empty, :func:`_retire`.
-    """
-    idx = L.STATE_BASE + p
-    # State word: add never fails, so giving slots back never spins.
-    old = cuda.atomic.add(meta, idx, -k * L.N_ONE)
-    if undo:
-        cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
-    new = old - k * L.N_ONE
-    if ((new >> L.N_SHIFT) & L.LIVE_MASK) == 0:
-        _retire(meta, npages, p, new)
-
-
-@cuda.jit(device=True)
-def _retire(meta, npages, p, s):
-    """Turn the empty slab ``p`` (state ``s``) back into a free page.
-
-    Unless someone reserved meanwhile (their release retires it later): one
-    ``cas`` to RETIRING, which no other thread changes; plain stores clearing
-    the bitmap words below the cursor (every block there was freed, so every
-    bit there is set); a fence; one ``exch`` to FREE. The pages-used ``add``
-    before, and back if the ``cas`` fails.
-    """
-    idx = L.STATE_BASE + p
-    _pages_changed(meta, -1)
-    # State word: cas from exactly the empty slab we saw.
-    if cuda.atomic.cas(meta, idx, s, (s & L.COUNT_MASK) | L.TAG_RETIRING) != s:
-        _pages_changed(meta, 1)
-        return
-    base = bits_base(npages) + p * L.BITMAP_WORDS
-    cursor = (s >> L.CURSOR_SHIFT) & L.CURSOR_MASK
-    for w in range((cursor + L.BITS_PER_WORD - 1) // L.BITS_PER_WORD):
-        meta[base + w] = 0
-    cuda.threadfence()  # release: the cleared bitmap before the page is free
-    # State word: exch on a page only we may change.
-    cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
-
-
-@cuda.jit(device=True)
-def _find(meta, npages, c, want, start, spread):
-    """Return a grant of up to ``want`` blocks of class ``c``, or 0.
-
-    Visits every page once from ``start``; a pass that lost a race somewhere
-    is followed by another, up to SMALL_PASSES, so contention alone rarely
-    yields nothing.
-    """
-    for _ in range(SMALL_PASSES):
-        busy = False
-        p = start
-        for _ in range(npages):
-            g = _reserve(meta, npages, p, c, want, spread)
-            if g > BUSY:
-                return g
-            if g == BUSY:
-                busy = True
-            p += 1
-            if p == npages:
-                p = 0
-        if not busy:
-            break
-    return 0
-
-
-@cuda.jit(device=True)
-def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
-    """Serve one block of class ``c`` to each lane of a group; offset or NULL.
-
-    Every lane of the group (``warp.group`` of the same class) calls. The
-    leader wins blocks for the lanes not served yet and broadcasts each
-    grant; the lanes take theirs by rank. Each round serves at least one
-    lane or ends with NULL for the rest, so there are at most ``lanes``
-    rounds, the same number for every lane of the group.
-    """
-    spread = _warp_number()
-    slot = spread % hint_slots(npages)
-    hint_idx = hint_word(c, slot)
-    size = class_size(c)
-    off = int64(L.NULL)
-    served = int64(0)
-    for _ in range(lanes):
-        g = int64(0)
-        if rank == 0:
-            h = meta[hint_idx] - 1  # racy hint: any value is safe
-            if h < 0 or h >= npages:
-                h = slot_start(npages, slot)
-            g = _find(meta, npages, c, lanes - served, h, spread)
-            if g != 0 and grant_page(g) != h:
-                cuda.atomic.exch(meta, hint_idx, grant_page(g) + 1)  # hint: racy, harmless
-        g = warp.share(mask, leader, g)
-        if g == 0:
-            break
-        k = rank - served
-        got = grant_count(g)
-        if k >= 0 and k < got:
-            off = (grant_page(g) << L.PAGE_SHIFT) + grant_block(g, k) * size
-        served += got
-        if served >= lanes:
-            break
-    return off
 
 
 @cuda.jit(device=True)
@@ -341,41 +136,6 @@ def alloc(ctx, nbytes):
 
 
 @cuda.jit(device=True)
-def _free_small(meta, npages, p, s, rel):
-    """Free the block at ``rel`` in slab ``p`` (state guess ``s``); 1, or 0 if invalid.
-
-    Every lane that frees calls (``free`` groups lanes by bitmap word): the
-    leader sets the group's bits with one ``or`` and gives their slots back
-    with one ``add``; each lane learns from the old bits whether its block
-    was live. Atomics per group: one ``or``, one ``add`` (and the retire).
-    """
-    c = (s & L.TAG_MASK) - 1
-    size = class_size(c)
-    b = rel // size
-    widx = int64(warp.solo_key())
-    bit = int64(0)
-    if rel - b * size == 0 and b < ((s >> L.CURSOR_SHIFT) & L.CURSOR_MASK):
-        widx = bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
-        bit = int64(1) << (b % L.BITS_PER_WORD)
-    mask, leader, rank, lanes = warp.group(widx)
-    if bit == 0:
-        return 0
-    bits, dup = warp.merge_bits(mask, bit)
-    old = int64(0)
-    if rank == 0:
-        # Bitmap word: or (set = freed), races with other freers and with
-        # reusers' and. Bits already set were not live: invalid frees.
-        old = cuda.atomic.or_(meta, widx, bits)
-        freed = popc32(bits & ~old)
-        if freed:
-            _release_slots(meta, npages, p, freed, False)
-    old = warp.share(mask, leader, old)
-    if old & bit or dup:
-        return 0
-    return 1
-
-
-@cuda.jit(device=True)
 def free(ctx, off):
     """Return the block at offset ``off`` to the heap.
 
@@ -394,6 +154,7 @@ def free(ctx, off):
     meta = ctx.meta
     o = int64(off)
     if o == L.NULL:
+        warp.group(warp.solo_key())  # every lane that frees joins one group
         return
     npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
     ok = 0

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import devalloc
-from devalloc import device, device_large
+from devalloc import device, device_large, device_slab
 from devalloc import layout as L
 from devalloc.testing import broken, explorer, scenarios
 from devalloc.testing.invariants import (
@@ -175,13 +175,15 @@ def test_pct_seed_list_catches_a_race_round_robin_misses():
 
 def test_device_modules_are_restored_after_exploring():
     before_d = dict(device.__dict__)
+    before_s = dict(device_slab.__dict__)
     before_l = dict(device_large.__dict__)
     r = explorer.explore(scenarios.by_name("slab_same_word"), 50,
                          overrides=variant("take_check_then_clear"))
     assert r.executions >= 1
     assert device.__dict__ == before_d and device_large.__dict__ == before_l
+    assert device_slab.__dict__ == before_s
     assert isinstance(device.cuda, types.ModuleType)
-    assert hasattr(device._take_bits, "py_func")
+    assert hasattr(device_slab._take_bits, "py_func")
     with pytest.raises(KeyError):
         with explorer.installed({"_no_such_function": broken.take_bits_check_then_clear}):
             pass

@@ -14,7 +14,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from .. import warp
-from ..device import _release_slots
+from ..device_slab import _release_slots
 from ..device_large import _pages_changed
 from ..layout import bits_base, bump_grant, class_blocks, class_size, slab_tag
 

@@ -42,6 +42,7 @@ from .machine import (  # noqa: F401  (re-exported: the explorer's API)
     MAX_STEPS,
     FakeCuda,
     Machine,
+    device_modules,
     Scenario,
     ThreadSpec,
     installed,
@@ -336,16 +337,14 @@ def access_sites():
     """Return ``(file, line)`` of every metadata access in the device modules.
 
     Found in the source: each ``cuda.atomic.*`` call and each ``meta[...]``
-    of :mod:`devalloc.device` and :mod:`devalloc.device_large`. Compare with
+    of the modules of :func:`machine.device_modules`. Compare with
     :attr:`Result.points` to see which ones an exploration executed.
     """
     import ast
     import inspect
 
-    from .. import device, device_large
-
     sites = set()
-    for mod in (device, device_large):
+    for mod in device_modules():
         path = inspect.getsourcefile(mod)
         with open(path) as f:
             tree = ast.parse(f.read())

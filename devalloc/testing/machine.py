@@ -3,9 +3,10 @@
 What runs
 ---------
 The very functions that compile for the GPU: the ``py_func`` of every
-``@cuda.jit(device=True)`` dispatcher in :mod:`devalloc.device` and
-:mod:`devalloc.device_large`. While a run is in progress (:func:`installed`)
-those two modules' globals are changed, and restored afterwards:
+``@cuda.jit(device=True)`` dispatcher in :mod:`devalloc.device`,
+:mod:`devalloc.device_slab` and :mod:`devalloc.device_large`
+(:func:`device_modules`). While a run is in progress (:func:`installed`)
+those modules' globals are changed, and restored afterwards:
 
 * ``cuda`` becomes a :class:`FakeCuda`: ``cuda.atomic.*`` are scheduling
   points on the metadata, ``threadfence`` does nothing (the explorer is
@@ -326,25 +327,37 @@ def rebind(fn, module):
                               fn.__defaults__, fn.__closure__)
 
 
+def device_modules():
+    """Return the modules whose device functions the explorer runs."""
+    from .. import device, device_large, device_slab
+
+    return (device, device_slab, device_large)
+
+
 @contextlib.contextmanager
 def installed(overrides=None):
     """Run device code as plain Python on a :class:`FakeCuda`, then restore.
 
-    In :mod:`devalloc.device` and :mod:`devalloc.device_large`: the global
+    In every module of :func:`device_modules`: the global
     ``cuda`` becomes a fresh :class:`FakeCuda`, every dispatcher global its
     ``py_func``, and each ``overrides[name]`` (a plain function, e.g. from
     :mod:`devalloc.testing.broken`) replaces ``name`` wherever it is a global,
-    rebound to that module's globals. Yields the fake module. One at a time.
+    rebound to the globals of the module that defines ``name`` (so it sees
+    what the function it replaces sees). Yields the fake module. One at a time.
     """
-    from .. import device, device_large
-
     overrides = dict(overrides or {})
     fake = FakeCuda()
     saved = []
     if not _INSTALL_LOCK.acquire(timeout=STEP_TIMEOUT):
         raise RuntimeError("another exploration holds the device modules")
     try:
-        for mod in (device, device_large):
+        home = {}
+        for mod in device_modules():
+            for name in overrides:
+                v = mod.__dict__.get(name)
+                if _is_dispatcher(v) and v.py_func.__module__ == mod.__name__:
+                    home[name] = rebind(overrides[name], mod)
+        for mod in device_modules():
             g = mod.__dict__
             if not isinstance(g.get("cuda"), types.ModuleType):
                 raise RuntimeError(
@@ -357,7 +370,7 @@ def installed(overrides=None):
                 elif _is_dispatcher(v):
                     new = v.py_func
                 if name in overrides:
-                    new = rebind(overrides[name], mod)
+                    new = home.get(name) or rebind(overrides[name], mod)
                 if new is not None:
                     saved.append((g, name, v))
                     g[name] = new

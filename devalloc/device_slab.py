@@ -1,0 +1,282 @@
+"""Device side, slab level: blocks of up to MAX_SMALL bytes in 16 KiB slabs.
+
+Part of :mod:`devalloc.device` (whose docstring describes every shared
+metadata word, the slab invariant, warp aggregation and the memory-ordering
+argument); split out to keep each module readable. Callers: only
+:func:`devalloc.device.alloc` and :func:`devalloc.device.free` (and the
+interleaving explorer, which runs these functions' ``py_func``).
+
+A slab's state word holds *live* (blocks out plus reserved slots) and
+*cursor* (blocks handed out by bumping since the page became a slab). Its
+bitmap marks the bumped blocks that were freed.
+"""
+
+from numba import cuda, int64
+
+from . import layout as L
+from . import warp
+from .device_large import RETRIES, _fold, _pages_changed
+from .layout import (
+    bits_base,
+    bump_grant,
+    class_blocks,
+    class_size,
+    class_words,
+    grant_block,
+    grant_count,
+    grant_page,
+    hint_slots,
+    hint_word,
+    lowest_bits,
+    popc32,
+    reuse_grant,
+    slab_tag,
+    slot_start,
+    word_valid_mask,
+)
+
+#: Passes of the small-block scan, repeated only while races were lost.
+SMALL_PASSES = 4
+#: ``_reserve`` results that are not grants (every grant is >= 1 << 38).
+NO = 0
+BUSY = 1
+
+
+@cuda.jit(device=True)
+def _warp_number():
+    # The warp's number in the grid (1-D numbering; any value is correct,
+    # it only spreads warps over hint slots and bitmap words).
+    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> 5
+
+
+@cuda.jit(device=True)
+def _pick(meta, npages, p, c, spread, want):
+    """Guess up to ``want`` freed blocks of slab ``p``: return (word, bits).
+
+    Plain loads only, from word ``spread`` on; (0, 0) if none is seen.
+    """
+    base = bits_base(npages) + p * L.BITMAP_WORDS
+    nw = class_words(c)
+    for i in range(nw):
+        w = (spread + i) % nw
+        free = meta[base + w] & word_valid_mask(c, w)  # guess
+        if free != 0:
+            return w, lowest_bits(free, want)
+    return 0, 0
+
+
+@cuda.jit(device=True)
+def _reserve(meta, npages, p, c, want, spread):
+    """Win up to ``want`` blocks of class ``c`` on page ``p``; return a grant.
+
+    A free page becomes a slab of class ``c``. Blocks come from the slab's
+    cursor while it has unbumped blocks (one ``cas`` on the state word raises
+    live, cursor and count together: that ``cas`` is the whole allocation),
+    else from its freed blocks: one ``cas`` reserves as many slots as the
+    bits picked from one bitmap word, then one ``and`` takes those bits (the
+    bits it did not get are given back as undone reservations).
+
+    Returns a grant (:func:`layout.bump_grant`/``reuse_grant``), ``NO`` when
+    the page cannot serve the class, or ``BUSY`` when it could but every try
+    lost a race. Atomics: ``cas`` per try (<= RETRIES), then the ``and`` on
+    the reuse path; pages-used ``add`` and peak ``max`` when a page is taken.
+    """
+    idx = L.STATE_BASE + p
+    tag = slab_tag(c)
+    cap = class_blocks(c)
+    s = meta[idx]  # guess, validated by the cas
+    for _ in range(RETRIES):
+        t = s & L.TAG_MASK
+        first = int64(0)
+        w = int64(0)
+        pick = int64(0)
+        if t == L.TAG_FREE:
+            got = min(want, cap)
+            new = (s & L.COUNT_MASK) + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE) + tag
+        elif t == tag:
+            first = (s >> L.CURSOR_SHIFT) & L.CURSOR_MASK
+            live = (s >> L.N_SHIFT) & L.LIVE_MASK
+            if first < cap:
+                got = min(want, cap - first)
+                new = s + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE)
+            elif live < cap:
+                w, pick = _pick(meta, npages, p, c, spread, min(want, cap - live))
+                if pick == 0:
+                    return BUSY  # the freed blocks' bits are still being set
+                got = popc32(pick)
+                new = s + got * (L.COUNT_ONE + L.N_ONE)
+            else:
+                return NO
+        else:
+            return NO
+        new, folded = _fold(new)
+        # State word: cas, races with every allocator and freer of page p.
+        old = cuda.atomic.cas(meta, idx, s, new)
+        if old == s:
+            if folded:
+                cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)
+            if t == L.TAG_FREE:
+                _pages_changed(meta, 1)
+            if pick == 0:
+                return bump_grant(p, first, got)
+            mine = _take_bits(meta, bits_base(npages) + p * L.BITMAP_WORDS + w, pick)
+            lost = got - popc32(mine)
+            if lost:
+                _release_slots(meta, npages, p, lost, True)
+            if mine == 0:
+                return BUSY
+            return reuse_grant(p, w, mine)
+        s = old
+    return BUSY
+
+
+@cuda.jit(device=True)
+def _take_bits(meta, widx, pick):
+    """Clear the bits ``pick`` of bitmap word ``widx``; return those that were set.
+
+    Only a thread holding as many reserved slots of the slab may call. One
+    ``and``: it races with other reusers and with freers, and its old value
+    says which of the picked (freed) blocks are now ours.
+    """
+    return cuda.atomic.and_(meta, widx, ~pick & L.WORD_MASK) & pick
+
+
+@cuda.jit(device=True)
+def _release_slots(meta, npages, p, k, undo):
+    """Give back ``k`` slots of the slab on page ``p``; retire it when empty.
+
+    ``undo`` counts the slots as reservations that were never used (not
+    frees). Atomics: one ``add`` on the state word; when the slab became
+    empty, :func:`_retire`.
+    """
+    idx = L.STATE_BASE + p
+    # State word: add never fails, so giving slots back never spins.
+    old = cuda.atomic.add(meta, idx, -k * L.N_ONE)
+    if undo:
+        cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
+    new = old - k * L.N_ONE
+    if ((new >> L.N_SHIFT) & L.LIVE_MASK) == 0:
+        _retire(meta, npages, p, new)
+
+
+@cuda.jit(device=True)
+def _retire(meta, npages, p, s):
+    """Turn the empty slab ``p`` (state ``s``) back into a free page.
+
+    Unless someone reserved meanwhile (their release retires it later): one
+    ``cas`` to RETIRING, which no other thread changes; plain stores clearing
+    the bitmap words below the cursor (every block there was freed, so every
+    bit there is set); a fence; one ``exch`` to FREE. The pages-used ``add``
+    before, and back if the ``cas`` fails.
+    """
+    idx = L.STATE_BASE + p
+    _pages_changed(meta, -1)
+    # State word: cas from exactly the empty slab we saw.
+    if cuda.atomic.cas(meta, idx, s, (s & L.COUNT_MASK) | L.TAG_RETIRING) != s:
+        _pages_changed(meta, 1)
+        return
+    base = bits_base(npages) + p * L.BITMAP_WORDS
+    cursor = (s >> L.CURSOR_SHIFT) & L.CURSOR_MASK
+    for w in range((cursor + L.BITS_PER_WORD - 1) // L.BITS_PER_WORD):
+        meta[base + w] = 0
+    cuda.threadfence()  # release: the cleared bitmap before the page is free
+    # State word: exch on a page only we may change.
+    cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
+
+
+@cuda.jit(device=True)
+def _find(meta, npages, c, want, start, spread):
+    """Return a grant of up to ``want`` blocks of class ``c``, or 0.
+
+    Visits every page once from ``start``; a pass that lost a race somewhere
+    is followed by another, up to SMALL_PASSES, so contention alone rarely
+    yields nothing.
+    """
+    for _ in range(SMALL_PASSES):
+        busy = False
+        p = start
+        for _ in range(npages):
+            g = _reserve(meta, npages, p, c, want, spread)
+            if g > BUSY:
+                return g
+            if g == BUSY:
+                busy = True
+            p += 1
+            if p == npages:
+                p = 0
+        if not busy:
+            break
+    return 0
+
+
+@cuda.jit(device=True)
+def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
+    """Serve one block of class ``c`` to each lane of a group; offset or NULL.
+
+    Every lane of the group (``warp.group`` of the same class) calls. The
+    leader wins blocks for the lanes not served yet and broadcasts each
+    grant; the lanes take theirs by rank. Each round serves at least one
+    lane or ends with NULL for the rest, so there are at most ``lanes``
+    rounds, the same number for every lane of the group.
+    """
+    spread = _warp_number()
+    slot = spread % hint_slots(npages)
+    hint_idx = hint_word(c, slot)
+    size = class_size(c)
+    off = int64(L.NULL)
+    served = int64(0)
+    for _ in range(lanes):
+        g = int64(0)
+        if rank == 0:
+            h = meta[hint_idx] - 1  # racy hint: any value is safe
+            if h < 0 or h >= npages:
+                h = slot_start(npages, slot)
+            g = _find(meta, npages, c, lanes - served, h, spread)
+            if g != 0 and grant_page(g) != h:
+                cuda.atomic.exch(meta, hint_idx, grant_page(g) + 1)  # hint: racy, harmless
+        g = warp.share(mask, leader, g)
+        if g == 0:
+            break
+        k = rank - served
+        got = grant_count(g)
+        if k >= 0 and k < got:
+            off = (grant_page(g) << L.PAGE_SHIFT) + grant_block(g, k) * size
+        served += got
+        if served >= lanes:
+            break
+    return off
+
+
+@cuda.jit(device=True)
+def _free_small(meta, npages, p, s, rel):
+    """Free the block at ``rel`` in slab ``p`` (state guess ``s``); 1, or 0 if invalid.
+
+    Every lane that frees calls (``free`` groups lanes by bitmap word): the
+    leader sets the group's bits with one ``or`` and gives their slots back
+    with one ``add``; each lane learns from the old bits whether its block
+    was live. Atomics per group: one ``or``, one ``add`` (and the retire).
+    """
+    c = (s & L.TAG_MASK) - 1
+    size = class_size(c)
+    b = rel // size
+    widx = int64(warp.solo_key())
+    bit = int64(0)
+    if rel - b * size == 0 and b < ((s >> L.CURSOR_SHIFT) & L.CURSOR_MASK):
+        widx = bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
+        bit = int64(1) << (b % L.BITS_PER_WORD)
+    mask, leader, rank, lanes = warp.group(widx)
+    if bit == 0:
+        return 0
+    bits, dup = warp.merge_bits(mask, bit)
+    old = int64(0)
+    if rank == 0:
+        # Bitmap word: or (set = freed), races with other freers and with
+        # reusers' and. Bits already set were not live: invalid frees.
+        old = cuda.atomic.or_(meta, widx, bits)
+        freed = popc32(bits & ~old)
+        if freed:
+            _release_slots(meta, npages, p, freed, False)
+    old = warp.share(mask, leader, old)
+    if old & bit or dup:
+        return 0
+    return 1
