@@ -390,6 +390,8 @@ def exact_table(u, warps):
     rows = [
         ["first alloc, empty heap (takes a page)", "single", f"{u['cold'].total}", kinds(u["cold"], False)],
         ["alloc into a warm slab, per alloc", "single", f"{u['alloc'].per_op():g}", kinds(u["alloc"], True)],
+        ["alloc reusing a freed block (slab fully bumped), per alloc", "single",
+         f"{u['reuse'].per_op():g}", kinds(u["reuse"], True)],
         ["free, slab stays, per free", "single", f"{u['free'].per_op():g}", kinds(u["free"], True)],
     ]
     for w in warps:
@@ -440,6 +442,7 @@ def main(argv=None):
         sys.exit("op_counts needs the CUDA simulator: run with NUMBA_ENABLE_CUDASIM=1 (or unset)")
     results = measure(repeats=a.repeats)
     u = uncontended()
+    u["reuse"] = uncontended_reuse()["alloc"]
     warps = [converged_warp(m, what) for what in ("alloc", "bump") for m in MODES]
     text = section(results, u, warps, a.repeats)
     if not a.no_write:

@@ -11,7 +11,7 @@ A slab's state word holds *live* (blocks out plus reserved slots) and
 bitmap marks the bumped blocks that were freed.
 """
 
-from numba import cuda, int64
+from numba import cuda, int64, uint32
 
 from . import layout as L
 from . import warp
@@ -50,18 +50,38 @@ def _warp_number():
 
 
 @cuda.jit(device=True)
-def _pick(meta, npages, p, c, spread, want):
-    """Guess up to ``want`` freed blocks of slab ``p``: return (word, bits).
+def _blocks(c):
+    # class_blocks(c) with a 32-bit division (a 64-bit one costs registers).
+    return int64(uint32(L.PAGE) // uint32(class_size(c)))
+
+
+@cuda.jit(device=True)
+def _scatter(spread, n):
+    # Map a warp number to [0, n) without a division (Fibonacci hashing), so
+    # that consecutive warps land far apart.
+    h = (spread * 0x9E3779B1) & 0xFFFFFFFF
+    return (h * n) >> 32
+
+
+@cuda.jit(device=True)
+def _pick(meta, npages, p, cap, spread, want):
+    """Guess up to ``want`` freed blocks of slab ``p`` (``cap`` blocks): (word, bits).
 
     Plain loads only, from word ``spread`` on; (0, 0) if none is seen.
     """
     base = bits_base(npages) + p * L.BITMAP_WORDS
-    nw = class_words(c)
-    for i in range(nw):
-        w = (spread + i) % nw
-        free = meta[base + w] & word_valid_mask(c, w)  # guess
+    nw = (cap + L.BITS_PER_WORD - 1) >> 5
+    w = _scatter(spread, nw)
+    for _ in range(nw):
+        free = meta[base + w]  # guess
+        left = cap - w * L.BITS_PER_WORD
+        if left < L.BITS_PER_WORD:
+            free &= (int64(1) << left) - 1
         if free != 0:
-            return w, lowest_bits(free, want)
+            return w, lowest_bits(free & L.WORD_MASK, want)
+        w += 1
+        if w == nw:
+            w = 0
     return 0, 0
 
 
@@ -83,7 +103,7 @@ def _reserve(meta, npages, p, c, want, spread):
     """
     idx = L.STATE_BASE + p
     tag = slab_tag(c)
-    cap = class_blocks(c)
+    cap = _blocks(c)
     s = meta[idx]  # guess, validated by the cas
     for _ in range(RETRIES):
         t = s & L.TAG_MASK
@@ -100,7 +120,7 @@ def _reserve(meta, npages, p, c, want, spread):
                 got = min(want, cap - first)
                 new = s + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE)
             elif live < cap:
-                w, pick = _pick(meta, npages, p, c, spread, min(want, cap - live))
+                w, pick = _pick(meta, npages, p, cap, spread, min(want, cap - live))
                 if pick == 0:
                     return BUSY  # the freed blocks' bits are still being set
                 got = popc32(pick)
@@ -220,14 +240,14 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
     rounds, the same number for every lane of the group.
     """
     spread = _warp_number()
-    slot = spread % hint_slots(npages)
-    hint_idx = hint_word(c, slot)
-    size = class_size(c)
-    off = int64(L.NULL)
+    mine = int64(0)  # the grant that served this lane, and its rank in it
+    k = int64(0)
     served = int64(0)
     for _ in range(lanes):
         g = int64(0)
         if rank == 0:
+            slot = _scatter(spread, hint_slots(npages))
+            hint_idx = hint_word(c, slot)
             h = meta[hint_idx] - 1  # racy hint: any value is safe
             if h < 0 or h >= npages:
                 h = slot_start(npages, slot)
@@ -237,14 +257,16 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
         g = warp.share(mask, leader, g)
         if g == 0:
             break
-        k = rank - served
         got = grant_count(g)
-        if k >= 0 and k < got:
-            off = (grant_page(g) << L.PAGE_SHIFT) + grant_block(g, k) * size
+        if rank >= served and rank < served + got:
+            mine = g
+            k = rank - served
         served += got
         if served >= lanes:
             break
-    return off
+    if mine == 0:
+        return int64(L.NULL)
+    return (grant_page(mine) << L.PAGE_SHIFT) + grant_block(mine, k) * class_size(c)
 
 
 @cuda.jit(device=True)
@@ -258,12 +280,12 @@ def _free_small(meta, npages, p, s, rel):
     """
     c = (s & L.TAG_MASK) - 1
     size = class_size(c)
-    b = rel // size
+    b = int64(uint32(rel) // uint32(size))  # 0 <= rel < PAGE: 32 bits suffice
     widx = int64(warp.solo_key())
     bit = int64(0)
     if rel - b * size == 0 and b < ((s >> L.CURSOR_SHIFT) & L.CURSOR_MASK):
-        widx = bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
-        bit = int64(1) << (b % L.BITS_PER_WORD)
+        widx = bits_base(npages) + p * L.BITMAP_WORDS + (b >> 5)
+        bit = int64(1) << (b & (L.BITS_PER_WORD - 1))
     mask, leader, rank, lanes = warp.group(widx)
     if bit == 0:
         return 0
