@@ -37,7 +37,7 @@ def section(results):
     lines += [
         f"{S.NSTEPS} steps per path, each needing 1 to {S.MAX_K} floats. Scoped scratch "
         "takes one chunk per thread and reuses it at every step (atomics only for the "
-        "chunk); alloc/free pays a slab slot and bit per step. The worst case is "
+        "chunk); alloc/free pays a slab `cas` and a free's `or` and `add` per step. The worst case is "
         f"threads x {S.MAX_K} floats. On the simulator one block runs at a time, so the "
         "heap's peak is about one block's need plus one page per size class in use.",
         "",
