@@ -112,6 +112,7 @@ def free(ctx, off):
     """
     o = int64(off)
     if o == L.NULL:
+        device.free(ctx, o)  # nothing to free, but the lane joins its group
         return
     arena = ctx.arena
     npages = arena.shape[0] >> L.PAGE_SHIFT

@@ -51,8 +51,10 @@ Memory ordering. numba's atomics are relaxed. ``free`` issues
 ``cuda.threadfence()`` before the atomic that releases the block (release:
 the owner's writes to the block are visible before anyone can claim it), and
 ``alloc`` issues one after the atomic that claims it (acquire: the new owner's
-accesses happen after the claim). The retiring thread fences between
-clearing the bitmap and making the page FREE. Where one atomic must be
+accesses happen after the claim). In a group the claiming or releasing
+atomic is the leader's, so ``__syncwarp(mask)`` orders it with the lanes'
+fences (a shuffle is no memory-ordering edge). The retiring thread fences
+between clearing the bitmap and making the page FREE. Where one atomic must be
 performed before the next (a free's ``or`` before its ``add``; a reuser's
 ``cas`` before its ``and``), the second is issued only once the first has
 returned the value it depends on. Plain loads only choose what to try (a

@@ -19,9 +19,7 @@ from .device_large import RETRIES, _fold, _pages_changed
 from .layout import (
     bits_base,
     bump_grant,
-    class_blocks,
     class_size,
-    class_words,
     grant_block,
     grant_count,
     grant_page,
@@ -32,7 +30,6 @@ from .layout import (
     reuse_grant,
     slab_tag,
     slot_start,
-    word_valid_mask,
 )
 
 #: Passes of the small-block scan, repeated only while races were lost.
@@ -264,6 +261,8 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
         served += got
         if served >= lanes:
             break
+    if lanes > 1:
+        warp.sync(mask)  # the leader's claim before each lane's own acquire fence
     if mine == 0:
         return int64(L.NULL)
     return (grant_page(mine) << L.PAGE_SHIFT) + grant_block(mine, k) * class_size(c)
@@ -290,6 +289,8 @@ def _free_small(meta, npages, p, s, rel):
     if bit == 0:
         return 0
     bits, dup = warp.merge_bits(mask, bit)
+    if lanes > 1:
+        warp.sync(mask)  # each lane's release fence before the leader's or
     old = int64(0)
     if rank == 0:
         # Bitmap word: or (set = freed), races with other freers and with

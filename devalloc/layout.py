@@ -68,7 +68,8 @@ TAG_TAIL = 0x41
 #: Head of a bump chunk (devalloc.bump); n = its pages. Not freeable.
 TAG_BUMP = 0x42
 #: A slab being retired: its last block was freed and the retiring thread is
-#: clearing its bitmap. Nobody else changes the page until it becomes FREE.
+#: clearing its bitmap. No valid operation changes the page until it becomes
+#: FREE (a racing double free can: docs/correctness.md, "Known limits").
 TAG_RETIRING = 0x43
 
 N_SHIFT = 8
@@ -118,9 +119,9 @@ S_SCOPE_CHUNKS = 3   # chunks ever taken (subtracted from allocs)
 S_SCOPE_LIVE = 4     # chunks held now (subtracted from live blocks)
 S_SCOPE_BYTES = 5    # their reserved bytes (subtracted from in_use)
 #: Per-class hints, HINT_SLOTS per class: page + 1 of a slab that recently
-#: served the class (0: none yet). Warps use the slot of their warp number
-#: (:func:`hint_word`), so in a large heap up to HINT_SLOTS slabs of a class
-#: fill side by side instead of every warp of the grid hitting one word.
+#: served the class (0: none yet). A warp uses the slot its hashed warp
+#: number picks (:func:`hint_word`), so in a large heap up to HINT_SLOTS slabs
+#: of a class fill side by side instead of every warp hitting one word.
 HINT_SLOTS = 8
 #: A heap gets one slot per this many pages (at least 1, at most HINT_SLOTS).
 PAGES_PER_SLOT = 256

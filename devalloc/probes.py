@@ -11,6 +11,7 @@ Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset).
 
 import argparse
 import json
+import re
 import sys
 
 import numpy as np
@@ -137,6 +138,10 @@ def check_traps():
       (None when a driver is present, so the trap cannot be observed).
     * ``return_created_array_rejected``: a device function that returns an
       array it created does not compile.
+    * ``merge_mask_zero_extended``: ``match_any_sync``'s mask is an int32;
+      ``warp.merge_bits`` must widen it without sign extension (a group with
+      lane 31 would otherwise shuffle from lanes outside the group). True
+      when the PTX zero-extends the match result and never sign-extends it.
     """
     out = {}
 
@@ -165,7 +170,26 @@ def check_traps():
         out["return_created_array_rejected"] = False
     except Exception as e:
         out["return_created_array_rejected"] = "Only accept returning of array" in str(e)
+    out["merge_mask_zero_extended"] = _merge_mask_zero_extended()
     return out
+
+
+def _merge_mask_zero_extended():
+    from . import warp
+
+    def k_merge(ctx, n, out):
+        i = cuda.grid(1)
+        mask, leader, rank, lanes = warp.group(out[i])
+        acc, dup = warp.merge_bits(mask, n)
+        out[i] = acc + dup
+
+    ptx, _ = aot.compile_ptx(k_merge, SIG, cc=(9, 0))
+    m = re.search(r"match\.any\.sync\.b64\s+(%r\d+),", ptx)
+    if m is None:
+        return False
+    reg = re.escape(m.group(1))
+    widened = re.findall(rf"cvt\.([su])64\.[su]32\s+%rd\d+, {reg};", ptx)
+    return "u" in widened and "s" not in widened
 
 
 def main(argv=None):

@@ -123,6 +123,9 @@ if config.ENABLE_CUDASIM:
             return -2
         return -2 - _warp_of_this_thread()[1]
 
+    def sync(mask):
+        """Nothing to do: the simulator's threads share memory in program order."""
+
 else:
 
     @cuda.jit(device=True)
@@ -154,7 +157,10 @@ else:
         me = cuda.laneid
         acc = int64(0)
         dup = False
-        m = mask
+        # match_any_sync's mask is an int32: widened as it is, lane 31 would
+        # sign-extend it to 64 bits and the loop would shuffle from 32 lanes
+        # that are not in the group. Zero-extend it.
+        m = int64(mask) & 0xFFFFFFFF
         while m != 0:
             src = cuda.ffs(m) - 1
             v = cuda.shfl_sync(mask, int64(value), src)
@@ -168,3 +174,13 @@ else:
     def solo_key():
         """Return a ``group`` key no other lane of the warp uses."""
         return int64(-2 - cuda.laneid)
+
+    @cuda.jit(device=True)
+    def sync(mask):
+        """Order the memory accesses of the lanes of ``mask`` (``syncwarp``).
+
+        A shuffle carries a value but is no memory-ordering edge; where one
+        lane's atomic acts for the group, ``__syncwarp`` orders the other
+        lanes' fenced accesses with it. No atomics.
+        """
+        cuda.syncwarp(mask)

@@ -77,3 +77,10 @@ def test_trap_device_function_needs_a_device_without_the_stand_in(probe_result):
 
 def test_trap_device_function_cannot_return_an_array_it_created(probe_result):
     assert probe_result["traps"]["return_created_array_rejected"] is True
+
+
+def test_merge_bits_widens_the_warp_mask_without_sign_extension(probe_result):
+    # match_any_sync's mask is an int32: sign-extended, a group holding lane
+    # 31 would make merge_bits shuffle from 32 lanes outside the group (a
+    # bug the simulator cannot show). Pinned on the PTX.
+    assert probe_result["traps"]["merge_mask_zero_extended"] is True

@@ -190,3 +190,14 @@ def test_both_modes_serve_the_same_blocks_for_one_warp(mode):
     run(k_alloc, (1, 32), heap.ctx, cuda.to_device(np.full(32, 48, np.int64)), offs, mode=mode)
     got = np.sort(offs.copy_to_host())
     assert (got == 48 * np.arange(32)).all()  # one slab, bumped in order
+
+
+def test_a_debug_heap_groups_lanes_too_null_frees_included():
+    heap = devalloc.Heap(L.capacity_for_pages(4), debug=True)
+    offs = cuda.to_device(np.full(32, NULL, np.int64))
+    run(k_alloc, (1, 32), heap.ctx, cuda.to_device(np.full(32, 64, np.int64)), offs)
+    odd = cuda.to_device((np.arange(32) % 2).astype(np.int64))
+    run(k_free_selected, (1, 32), heap.ctx, offs, odd)  # even lanes free NULL
+    u = heap.usage()
+    assert (u.live_blocks, u.frees, u.invalid_frees) == (16, 16, 0)
+    heap.check()  # guards intact, nothing recorded

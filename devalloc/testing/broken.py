@@ -16,7 +16,7 @@ from .. import layout as L
 from .. import warp
 from ..device_slab import _release_slots
 from ..device_large import _pages_changed
-from ..layout import bits_base, bump_grant, class_blocks, class_size, slab_tag
+from ..layout import bits_base, bump_grant, class_size, slab_tag
 
 
 def take_bits_check_then_clear(meta, widx, pick):
@@ -88,7 +88,7 @@ def reserve_plain_update(meta, npages, p, c, want, spread):
     """
     idx = L.STATE_BASE + p
     tag = slab_tag(c)
-    cap = class_blocks(c)
+    cap = L.class_blocks(c)
     s = meta[idx]
     t = s & L.TAG_MASK
     first = 0
