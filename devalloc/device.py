@@ -73,7 +73,7 @@ from numba import cuda, int64
 
 from . import layout as L
 from . import warp
-from .device_large import _alloc_large, _free_large
+from .device_large import _alloc_large, _at, _free_large
 from .device_slab import _alloc_small, _free_small
 from .layout import pages_for, size_class, stripe_word
 
@@ -83,7 +83,7 @@ def _count(meta, field):
     # Failure stripes: add, contended only among failing threads of blocks
     # that share a stripe. Ordering irrelevant: read by the host after sync.
     stripe = cuda.blockIdx.x % L.STRIPES
-    cuda.atomic.add(meta, stripe_word(stripe, field), 1)
+    cuda.atomic.add(meta, _at(stripe_word(stripe, field)), 1)
 
 
 @cuda.jit(device=True)
@@ -169,7 +169,7 @@ def free(ctx, off):
         # frees it. Being before the load, the fence also orders the load
         # after whatever made this offset known to us (docs/correctness.md).
         cuda.threadfence()
-        s = meta[L.STATE_BASE + p]  # see "Known limits"
+        s = meta[_at(L.STATE_BASE + p)]  # see "Known limits"
     t = s & L.TAG_MASK
     if inside and t >= 1 and t <= L.NCLASSES:
         ok = _free_small(meta, npages, p, s, rel)

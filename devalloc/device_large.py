@@ -8,7 +8,7 @@ others are TAILs. Callers: only :func:`devalloc.device.alloc` and
 :func:`devalloc.device.free`.
 """
 
-from numba import cuda
+from numba import cuda, int64, uint32
 
 from . import layout as L
 
@@ -16,6 +16,18 @@ from . import layout as L
 RETRIES = 64
 #: Passes of the large-block scan, repeated only while claims collided.
 LARGE_PASSES = 8
+
+
+@cuda.jit(device=True)
+def _at(i):
+    """Return metadata index ``i`` as a value the compiler knows is >= 0.
+
+    Every metadata index is below 2**31 (MAX_PAGES bounds the heap). Numba
+    wraps negative indices around for loads, stores and atomics; zero-
+    extending a 32-bit value lets the compiler drop that code, which saves
+    instructions and registers at every metadata access.
+    """
+    return int64(uint32(i))
 
 
 @cuda.jit(device=True)
@@ -47,7 +59,7 @@ def _take_page(meta, q, head_k, tag):
     Atomics: ``cas`` on the state word (<= RETRIES).
     """
     idx = L.STATE_BASE + q
-    s = meta[idx]
+    s = meta[_at(idx)]
     for _ in range(RETRIES):
         if s & L.TAG_MASK != L.TAG_FREE:
             return 0
@@ -57,7 +69,7 @@ def _take_page(meta, q, head_k, tag):
         else:
             new, folded = _head_word(s, head_k, tag)
         # State word: cas, races with slab reservers and other large claims.
-        old = cuda.atomic.cas(meta, idx, s, new)
+        old = cuda.atomic.cas(meta, _at(idx), s, new)
         if old == s:
             _note_fold(meta, folded)
             return 1
@@ -88,7 +100,7 @@ def _untail(meta, lo, hi):
     # Tail pages lo..hi-1 back to free, count kept. Tails belong to the one
     # thread that holds them, so a plain and (never fails) suffices.
     for q in range(lo, hi):
-        cuda.atomic.and_(meta, L.STATE_BASE + q, L.COUNT_MASK)
+        cuda.atomic.and_(meta, _at(L.STATE_BASE + q), L.COUNT_MASK)
 
 
 @cuda.jit(device=True)
@@ -123,7 +135,7 @@ def _alloc_pages(meta, npages, k, tag):
         run = 0
         p = npages - 1
         while p >= 0:
-            if meta[L.STATE_BASE + p] & L.TAG_MASK == L.TAG_FREE:  # guess
+            if meta[_at(L.STATE_BASE + p)] & L.TAG_MASK == L.TAG_FREE:  # guess
                 run += 1
             else:
                 run = 0
@@ -157,9 +169,9 @@ def _crown(meta, p, k, tag):
     one ``exch`` suffices (plus the fold ``add`` when the count folds).
     """
     idx = L.STATE_BASE + p
-    new, folded = _head_word(meta[idx], k, tag)
+    new, folded = _head_word(meta[_at(idx)], k, tag)
     # State word: exch on our own tail page.
-    cuda.atomic.exch(meta, idx, new)
+    cuda.atomic.exch(meta, _at(idx), new)
     _note_fold(meta, folded)
 
 
@@ -177,13 +189,13 @@ def _free_pages(meta, p, tag):
     tail page.
     """
     idx = L.STATE_BASE + p
-    s = meta[idx]  # guess; a live head changes only when it is freed
+    s = meta[_at(idx)]  # guess; a live head changes only when it is freed
     if s & L.TAG_MASK != tag:
         return 0
     k = (s >> L.N_SHIFT) & L.N_MASK
     _pages_changed(meta, -k)
     # State word: cas head -> free; of two racing frees exactly one wins.
-    if cuda.atomic.cas(meta, idx, s, s & L.COUNT_MASK) != s:
+    if cuda.atomic.cas(meta, _at(idx), s, s & L.COUNT_MASK) != s:
         _pages_changed(meta, k)
         return 0
     _untail(meta, p + 1, p + k)

@@ -15,7 +15,7 @@ from numba import cuda, int64, uint32
 
 from . import layout as L
 from . import warp
-from .device_large import RETRIES, _fold, _pages_changed
+from .device_large import RETRIES, _at, _fold, _pages_changed
 from .layout import (
     bits_base,
     bump_grant,
@@ -61,16 +61,17 @@ def _scatter(spread, n):
 
 
 @cuda.jit(device=True)
-def _pick(meta, npages, p, cap, spread, want):
+def _pick(meta, npages, p, cap, want):
     """Guess up to ``want`` freed blocks of slab ``p`` (``cap`` blocks): (word, bits).
 
-    Plain loads only, from word ``spread`` on; (0, 0) if none is seen.
+    Plain loads only, from a word the warp number picks on; (0, 0) if none
+    is seen.
     """
     base = bits_base(npages) + p * L.BITMAP_WORDS
     nw = (cap + L.BITS_PER_WORD - 1) >> 5
-    w = _scatter(spread, nw)
+    w = _scatter(_warp_number(), nw)
     for _ in range(nw):
-        free = meta[base + w]  # guess
+        free = meta[_at(base + w)]  # guess
         left = cap - w * L.BITS_PER_WORD
         if left < L.BITS_PER_WORD:
             free &= (int64(1) << left) - 1
@@ -83,7 +84,7 @@ def _pick(meta, npages, p, cap, spread, want):
 
 
 @cuda.jit(device=True)
-def _reserve(meta, npages, p, c, want, spread):
+def _reserve(meta, npages, p, c, want):
     """Win up to ``want`` blocks of class ``c`` on page ``p``; return a grant.
 
     A free page becomes a slab of class ``c``. Blocks come from the slab's
@@ -101,7 +102,7 @@ def _reserve(meta, npages, p, c, want, spread):
     idx = L.STATE_BASE + p
     tag = slab_tag(c)
     cap = _blocks(c)
-    s = meta[idx]  # guess, validated by the cas
+    s = meta[_at(idx)]  # guess, validated by the cas
     for _ in range(RETRIES):
         t = s & L.TAG_MASK
         first = int64(0)
@@ -117,7 +118,7 @@ def _reserve(meta, npages, p, c, want, spread):
                 got = min(want, cap - first)
                 new = s + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE)
             elif live < cap:
-                w, pick = _pick(meta, npages, p, cap, spread, min(want, cap - live))
+                w, pick = _pick(meta, npages, p, cap, min(want, cap - live))
                 if pick == 0:
                     return BUSY  # the freed blocks' bits are still being set
                 got = popc32(pick)
@@ -128,7 +129,7 @@ def _reserve(meta, npages, p, c, want, spread):
             return NO
         new, folded = _fold(new)
         # State word: cas, races with every allocator and freer of page p.
-        old = cuda.atomic.cas(meta, idx, s, new)
+        old = cuda.atomic.cas(meta, _at(idx), s, new)
         if old == s:
             if folded:
                 cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)
@@ -155,7 +156,7 @@ def _take_bits(meta, widx, pick):
     ``and``: it races with other reusers and with freers, and its old value
     says which of the picked (freed) blocks are now ours.
     """
-    return cuda.atomic.and_(meta, widx, ~pick & L.WORD_MASK) & pick
+    return cuda.atomic.and_(meta, _at(widx), ~pick & L.WORD_MASK) & pick
 
 
 @cuda.jit(device=True)
@@ -168,7 +169,7 @@ def _release_slots(meta, npages, p, k, undo):
     """
     idx = L.STATE_BASE + p
     # State word: add never fails, so giving slots back never spins.
-    old = cuda.atomic.add(meta, idx, -k * L.N_ONE)
+    old = cuda.atomic.add(meta, _at(idx), -k * L.N_ONE)
     if undo:
         cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
     new = old - k * L.N_ONE
@@ -189,41 +190,52 @@ def _retire(meta, npages, p, s):
     idx = L.STATE_BASE + p
     _pages_changed(meta, -1)
     # State word: cas from exactly the empty slab we saw.
-    if cuda.atomic.cas(meta, idx, s, (s & L.COUNT_MASK) | L.TAG_RETIRING) != s:
+    if cuda.atomic.cas(meta, _at(idx), s, (s & L.COUNT_MASK) | L.TAG_RETIRING) != s:
         _pages_changed(meta, 1)
         return
     base = bits_base(npages) + p * L.BITMAP_WORDS
     cursor = (s >> L.CURSOR_SHIFT) & L.CURSOR_MASK
     for w in range((cursor + L.BITS_PER_WORD - 1) // L.BITS_PER_WORD):
-        meta[base + w] = 0
+        meta[_at(base + w)] = 0
     cuda.threadfence()  # release: the cleared bitmap before the page is free
     # State word: exch on a page only we may change.
-    cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
+    cuda.atomic.exch(meta, _at(idx), s & L.COUNT_MASK)
 
 
 @cuda.jit(device=True)
-def _find(meta, npages, c, want, start, spread):
+def _find(meta, npages, c, want):
     """Return a grant of up to ``want`` blocks of class ``c``, or 0.
 
-    Visits every page once from ``start``; a pass that lost a race somewhere
-    is followed by another, up to SMALL_PASSES, so contention alone rarely
-    yields nothing.
+    Starts at the page the warp's hint slot names and visits every page
+    once per pass; a pass that lost a race somewhere is followed by another,
+    up to SMALL_PASSES, so contention alone rarely yields nothing. A grant
+    from another page than the hint's moves the hint there (``exch``).
     """
-    for _ in range(SMALL_PASSES):
-        busy = False
-        p = start
-        for _ in range(npages):
-            g = _reserve(meta, npages, p, c, want, spread)
-            if g > BUSY:
-                return g
-            if g == BUSY:
-                busy = True
-            p += 1
-            if p == npages:
-                p = 0
-        if not busy:
-            break
-    return 0
+    slot = _scatter(_warp_number(), hint_slots(npages))
+    hint_idx = hint_word(c, slot)
+    p = meta[_at(hint_idx)] - 1  # racy hint: any value is safe
+    if p < 0 or p >= npages:
+        p = slot_start(npages, slot)
+    visits = int64(0)
+    pass_end = npages  # visits at which the current pass ends
+    busy = False
+    while True:
+        g = _reserve(meta, npages, p, c, want)
+        if g > BUSY:
+            if visits != 0:
+                cuda.atomic.exch(meta, _at(hint_idx), p + 1)  # hint: racy, harmless
+            return g
+        if g == BUSY:
+            busy = True
+        p += 1
+        if p == npages:
+            p = 0
+        visits += 1
+        if visits == pass_end:
+            if not busy or visits == SMALL_PASSES * npages:
+                return 0
+            busy = False
+            pass_end += npages
 
 
 @cuda.jit(device=True)
@@ -236,36 +248,25 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
     lane or ends with NULL for the rest, so there are at most ``lanes``
     rounds, the same number for every lane of the group.
     """
-    spread = _warp_number()
-    mine = int64(0)  # the grant that served this lane, and its rank in it
-    k = int64(0)
+    off = int64(L.NULL)
     served = int64(0)
     for _ in range(lanes):
         g = int64(0)
         if rank == 0:
-            slot = _scatter(spread, hint_slots(npages))
-            hint_idx = hint_word(c, slot)
-            h = meta[hint_idx] - 1  # racy hint: any value is safe
-            if h < 0 or h >= npages:
-                h = slot_start(npages, slot)
-            g = _find(meta, npages, c, lanes - served, h, spread)
-            if g != 0 and grant_page(g) != h:
-                cuda.atomic.exch(meta, hint_idx, grant_page(g) + 1)  # hint: racy, harmless
+            g = _find(meta, npages, c, lanes - served)
         g = warp.share(mask, leader, g)
         if g == 0:
             break
         got = grant_count(g)
-        if rank >= served and rank < served + got:
-            mine = g
-            k = rank - served
+        k = rank - served
+        if k >= 0 and k < got:
+            off = (grant_page(g) << L.PAGE_SHIFT) + grant_block(g, k) * class_size(c)
         served += got
         if served >= lanes:
             break
     if lanes > 1:
         warp.sync(mask)  # the leader's claim before each lane's own acquire fence
-    if mine == 0:
-        return int64(L.NULL)
-    return (grant_page(mine) << L.PAGE_SHIFT) + grant_block(mine, k) * class_size(c)
+    return off
 
 
 @cuda.jit(device=True)
@@ -295,7 +296,7 @@ def _free_small(meta, npages, p, s, rel):
     if rank == 0:
         # Bitmap word: or (set = freed), races with other freers and with
         # reusers' and. Bits already set were not live: invalid frees.
-        old = cuda.atomic.or_(meta, widx, bits)
+        old = cuda.atomic.or_(meta, _at(widx), bits)
         freed = popc32(bits & ~old)
         if freed:
             _release_slots(meta, npages, p, freed, False)

@@ -80,7 +80,7 @@ def retire_keeping_bits(meta, npages, p, s):
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
 
 
-def reserve_plain_update(meta, npages, p, c, want, spread):
+def reserve_plain_update(meta, npages, p, c, want):
     """``_reserve`` (bump path only) with a plain read-modify-write, not a ``cas``.
 
     Two reservers of the same page can read the same state word and both
