@@ -201,3 +201,22 @@ def test_a_debug_heap_groups_lanes_too_null_frees_included():
     u = heap.usage()
     assert (u.live_blocks, u.frees, u.invalid_frees) == (16, 16, 0)
     heap.check()  # guards intact, nothing recorded
+
+
+def test_warps_of_a_large_heap_spread_over_the_hint_slots():
+    # 2048 pages: 8 hint slots per class. Eight warps (one block of 256
+    # threads) allocating 16 B start in the slab of the slot their hashed
+    # warp number picks, so they fill several slabs side by side instead of
+    # all hitting one state word; in a small heap they share one slab.
+    from devalloc.device_slab import _scatter
+
+    slots = {_scatter.py_func(w, 8) for w in range(8)}
+    assert len(slots) >= 4  # the hash spreads neighbouring warps
+    for npages, want in ((2048, len(slots)), (64, 1)):
+        heap = devalloc.Heap(L.capacity_for_pages(npages))
+        offs = cuda.to_device(np.full(256, NULL, np.int64))
+        run(k_alloc, (1, 256), heap.ctx, cuda.to_device(np.full(256, 16, np.int64)), offs)
+        got = offs.copy_to_host()
+        assert (got != NULL).all() and len(set(got.tolist())) == 256
+        assert len(set((got // L.PAGE).tolist())) == want, npages
+        assert heap.usage().classes[16].slabs == want
