@@ -8,7 +8,7 @@ others are TAILs. Callers: only :func:`devalloc.device.alloc` and
 :func:`devalloc.device.free`.
 """
 
-from numba import cuda, int64, uint32
+from numba import config, cuda, int64, uint32
 
 from . import layout as L
 
@@ -18,16 +18,29 @@ RETRIES = 64
 LARGE_PASSES = 8
 
 
-@cuda.jit(device=True)
-def _at(i):
-    """Return metadata index ``i`` as a value the compiler knows is >= 0.
+if config.ENABLE_CUDASIM:
 
-    Every metadata index is below 2**31 (MAX_PAGES bounds the heap). Numba
-    wraps negative indices around for loads, stores and atomics; zero-
-    extending a 32-bit value lets the compiler drop that code, which saves
-    instructions and registers at every metadata access.
-    """
-    return int64(uint32(i))
+    def _at(i):
+        """The simulator's ``_at``: the index itself (see below).
+
+        A plain function, because the simulator's device-function calls are
+        slow enough to widen every load-to-``cas`` window, which would make
+        the simulated contention figures worse than the algorithm's.
+        """
+        return i
+
+else:
+
+    @cuda.jit(device=True)
+    def _at(i):
+        """Return metadata index ``i`` as a value the compiler knows is >= 0.
+
+        Every metadata index is below 2**31 (MAX_PAGES bounds the heap).
+        Numba wraps negative indices around for loads, stores and atomics;
+        zero-extending a 32-bit value lets the compiler drop that code, which
+        saves instructions and registers at every metadata access.
+        """
+        return int64(uint32(i))
 
 
 @cuda.jit(device=True)
