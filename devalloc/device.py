@@ -27,9 +27,9 @@ Shared metadata (the ``int64`` array ``ctx.meta``; word layout in
   events only (a slab taken or retired, a large block taken or freed), never
   per small allocation.
 * **failure stripes**: ``add`` on the failure paths, striped by block index.
-* **class hints** (HINT_SLOTS per class, a warp uses the slot of its warp
-  number): racy ``exch`` stores and plain loads; any value is safe because
-  every hint is range-checked and validated by the state ``cas``.
+* **class hints** (HINT_SLOTS per class; a warp uses the slot its hashed
+  warp number picks): racy ``exch`` stores and plain loads; any value is
+  safe because every hint is range-checked and validated by the state ``cas``.
 
 Invariant per slab: freed bits >= cursor - live, i.e. at least as many
 blocks are marked freed as there are bumped blocks that are neither live nor

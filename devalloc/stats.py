@@ -164,7 +164,7 @@ def live_blocks(meta, npages):
             # Live: handed out (below the cursor) and not freed (bit clear).
             size = L.class_size(t - 1)
             words = meta[base + p * L.BITMAP_WORDS:base + (p + 1) * L.BITMAP_WORDS]
-            for b in range(L.slab_cursor(s)):
-                if not int(words[b // L.BITS_PER_WORD]) >> (b % L.BITS_PER_WORD) & 1:
-                    out.append((p * L.PAGE + b * size, size))
+            blocks = np.arange(L.slab_cursor(s))
+            freed = (words[blocks // L.BITS_PER_WORD] >> (blocks % L.BITS_PER_WORD)) & 1
+            out.extend((p * L.PAGE + int(b) * size, size) for b in blocks[freed == 0])
     return out

@@ -145,3 +145,9 @@ def test_hint_slots_grow_with_the_heap_and_start_apart():
     assert max(starts) < npages // 4  # slabs start low, large blocks come from the top
     words = {L.hint_word(c, s) for c in range(L.NCLASSES) for s in range(L.HINT_SLOTS)}
     assert min(words) == L.HINT_BASE and max(words) == L.STATE_BASE - 1
+
+
+def test_every_metadata_index_fits_32_bits():
+    # devalloc.device_large._at zero-extends metadata indices from 32 bits on
+    # the GPU (so numba drops its negative-index code): they must fit.
+    assert L.meta_words(L.MAX_PAGES) < 2**31
