@@ -34,7 +34,8 @@ from .device_large import RETRIES, _alloc_pages, _free_pages
 def _claim(meta, npages, total, cnt):
     """Claim ``total`` bytes for ``cnt`` blocks from the current chunk.
 
-    Installs a new chunk when the current one cannot hold them. Returns the
+    Installs a new chunk when the current one cannot hold them (or uses the
+    one another thread installed meanwhile). Returns the
     offset of the claimed bytes or NULL. Atomics: one ``cas`` on H_BUMP when
     it fits; a chunk's page claims and one more ``cas`` when a chunk is
     installed (and its pages given back if another thread installed first).
@@ -55,7 +56,13 @@ def _claim(meta, npages, total, cnt):
             continue
         q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP)
         if q < 0:
-            return L.NULL
+            # No free run: maybe because other threads hold pages for a chunk
+            # of their own right now. If one of them installed it, use it.
+            now = meta[L.H_BUMP]
+            if now == w:
+                return L.NULL
+            w = now
+            continue
         new = L.pack_bump(q, cnt, total)
         # H_BUMP: cas from the full chunk to ours; exactly one installer wins.
         old = cuda.atomic.cas(meta, L.H_BUMP, w, new)

@@ -178,9 +178,11 @@ def test_one_warp_of_three_classes_costs_one_cas_per_class():
     offs = cuda.to_device(np.full(32, NULL, np.int64))
     n = run(k_alloc, (1, 32), heap.ctx, cuda.to_device(sizes), offs)
     # Per class: one cas (its slab taken and its blocks bumped at once),
-    # pages-used add and peak max; the second and third class move their
-    # hint to the page they took (exch).
-    assert n.by_kind == {"cas": 3, "add": 3, "max": 3, "exch": 2}
+    # pages-used add and peak max; two of the three classes move their hint
+    # to the page they took (exch). The three groups' leaders run at once
+    # and may race for the same free page: a lost cas is retried.
+    cas = n.by_kind.pop("cas")
+    assert n.by_kind == {"add": 3, "max": 3, "exch": 2} and 3 <= cas <= 6
 
 
 @pytest.mark.parametrize("mode", ["single", "warp"])
