@@ -156,7 +156,7 @@ def free(ctx, off):
     meta = ctx.meta
     o = int64(off)
     if o == L.NULL:
-        warp.group(warp.solo_key())  # every lane that frees joins one group
+        warp.join_alone()  # free: no group (simulator: joins the rendezvous)
         return
     npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
     ok = 0
@@ -174,7 +174,7 @@ def free(ctx, off):
     if inside and t >= 1 and t <= L.NCLASSES:
         ok = _free_small(meta, npages, p, s, rel)
     else:
-        warp.group(warp.solo_key())  # every lane that frees joins one group
+        warp.join_alone()  # no group needed (simulator: joins the rendezvous)
         if inside and t == L.TAG_HEAD and rel == 0:
             ok = _free_large(meta, p)
     if not ok:

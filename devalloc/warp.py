@@ -126,6 +126,12 @@ if config.ENABLE_CUDASIM:
     def sync(mask):
         """Nothing to do: the simulator's threads share memory in program order."""
 
+    def join_alone():
+        """Take part in the rendezvous as a group of one ("warp" mode needs
+        every lane of the warp at ``group``); a lane that needs no group on
+        a GPU calls this instead."""
+        group(solo_key())
+
 else:
 
     @cuda.jit(device=True)
@@ -174,6 +180,12 @@ else:
     def solo_key():
         """Return a ``group`` key no other lane of the warp uses."""
         return int64(-2 - cuda.laneid)
+
+    @cuda.jit(device=True)
+    def join_alone():
+        """Nothing on a GPU: a lane that needs no group forms none (the
+        simulator's "warp" mode makes it join its warp's rendezvous)."""
+        return
 
     @cuda.jit(device=True)
     def sync(mask):

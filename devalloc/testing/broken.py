@@ -40,7 +40,7 @@ def free_small_release_first(meta, npages, p, s, rel):
     size = class_size(c)
     b = rel // size
     if rel - b * size != 0 or b >= L.slab_cursor(s):
-        warp.group(warp.solo_key())
+        warp.join_alone()
         return 0
     widx = bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
     bit = int64(1) << (b % L.BITS_PER_WORD)
