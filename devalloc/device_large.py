@@ -58,9 +58,10 @@ def _pages_changed(meta, delta):
 @cuda.jit(device=True)
 def _fold(new):
     # Return (state word, folded amount): keep the count field below 2**23.
-    if (new & L.COUNT_MASK) >> L.COUNT_SHIFT >= L.COUNT_FOLD:
-        return new - (L.COUNT_FOLD << L.COUNT_SHIFT), L.COUNT_FOLD
-    return new, 0
+    # The count is the word's top field, so count >= COUNT_FOLD is its top
+    # bit, and folding clears that bit (no compare, no 64-bit subtraction).
+    top = new & L.COUNT_FOLD_BIT
+    return new ^ top, top >> L.COUNT_SHIFT
 
 
 @cuda.jit(device=True)

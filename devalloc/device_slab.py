@@ -213,29 +213,36 @@ def _find(meta, npages, c, want):
     """
     slot = _scatter(_warp_number(), hint_slots(npages))
     hint_idx = hint_word(c, slot)
-    p = meta[_at(hint_idx)] - 1  # racy hint: any value is safe
-    if p < 0 or p >= npages:
-        p = slot_start(npages, slot)
-    visits = int64(0)
-    pass_end = npages  # visits at which the current pass ends
+    # The search's own state is 32-bit (pages < 2**25): 64-bit counters here
+    # cost 7 registers in the alloc kernel. A hint of 0 (none) wraps to
+    # 2**32 - 1, so one compare range-checks it.
+    n = uint32(npages)
+    p = uint32((meta[_at(hint_idx)] - 1) & 0xFFFFFFFF)  # racy hint: any value is safe
+    if p >= n:
+        p = uint32(slot_start(npages, slot))
+    left = n  # visits left in this pass
+    passes = uint32(SMALL_PASSES)
     busy = False
+    moved = False
     while True:
-        g = _reserve(meta, npages, p, c, want)
+        g = _reserve(meta, npages, int64(p), c, want)
         if g > BUSY:
-            if visits != 0:
-                cuda.atomic.exch(meta, _at(hint_idx), p + 1)  # hint: racy, harmless
+            if moved:
+                cuda.atomic.exch(meta, _at(hint_idx), int64(p) + 1)  # hint: racy, harmless
             return g
         if g == BUSY:
             busy = True
-        p += 1
-        if p == npages:
-            p = 0
-        visits += 1
-        if visits == pass_end:
-            if not busy or visits == SMALL_PASSES * npages:
+        moved = True
+        p = uint32(p + 1)
+        if p == n:
+            p = uint32(0)
+        left = uint32(left - 1)
+        if left == 0:
+            passes = uint32(passes - 1)
+            if not busy or passes == 0:
                 return 0
             busy = False
-            pass_end += npages
+            left = n
 
 
 @cuda.jit(device=True)

@@ -82,6 +82,8 @@ COUNT_MASK = ((1 << 23) - 1) << COUNT_SHIFT
 #: When a page's count field reaches this value, the allocating thread moves
 #: it into the global ALLOC_FOLD word; the field never overflows its 23 bits.
 COUNT_FOLD = 1 << 22
+#: The state word's bit that is set exactly when its count is >= COUNT_FOLD.
+COUNT_FOLD_BIT = COUNT_FOLD << COUNT_SHIFT
 
 # A slab splits the n field in two (large heads use all 32 bits of n):
 # bits  8..23  live:   blocks handed out and not freed, plus reserved slots

@@ -60,12 +60,13 @@ def test_floor_kernels_are_what_they_claim(probe_result):
 def test_register_ceiling_sm90(probe_result):
     # Deterministic for a given toolchain; a ceiling that catches growth, not
     # issue 3's targets of 24/32 registers, which are missed (bench/RESULTS.md
-    # says by how much and why). Measured with numba-cuda 0.30 / CUDA 13: 47
-    # and 55 (44 and 44 before warp aggregation); the ceiling leaves room
-    # for toolchain updates.
+    # says by how much and why). Measured with numba-cuda 0.30 / CUDA 13: 40
+    # and 48 (44 and 44 before warp aggregation, 47 and 55 before the page
+    # search kept its state in 32 bits); the ceiling leaves room for
+    # toolchain updates.
     by = {r["kernel"]: r for r in probe_result["probes"] if r["arch"] == "sm_90"}
-    assert by["alloc"]["registers"] <= 52
-    assert by["alloc_view_free"]["registers"] <= 60
+    assert by["alloc"]["registers"] <= 44
+    assert by["alloc_view_free"]["registers"] <= 52
 
 
 def test_trap_device_function_needs_a_device_without_the_stand_in(probe_result):

@@ -66,6 +66,16 @@ def test_state_word_round_trip_and_sign():
     assert L.slab_tag(L.NCLASSES - 1) < L.TAG_HEAD < L.TAG_TAIL <= L.TAG_MASK
 
 
+
+def test_count_fold_is_the_count_fields_top_bit():
+    # _fold tests and clears this one bit instead of comparing the count.
+    for count in (0, 1, L.COUNT_FOLD - 1, L.COUNT_FOLD, L.COUNT_FOLD + 511, (1 << 23) - 1):
+        s = L.pack_state(L.TAG_HEAD, L.N_MASK, count)
+        assert bool(s & L.COUNT_FOLD_BIT) == (count >= L.COUNT_FOLD)
+        if count >= L.COUNT_FOLD:
+            assert L.state_count(s ^ L.COUNT_FOLD_BIT) == count - L.COUNT_FOLD
+    assert L.COUNT_FOLD_BIT >> L.COUNT_SHIFT == L.COUNT_FOLD
+
 def test_metadata_regions_do_not_overlap():
     assert L.STRIPE_BASE >= 4
     last_stripe = L.stripe_word(L.STRIPES - 1, L.S_INVALID)
