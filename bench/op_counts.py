@@ -27,10 +27,10 @@ What each figure is:
   over the blocks served, and in the free launches over the blocks freed;
 * per allocating warp: alloc-launch atomics over the warps with at least one
   allocating lane (issue 3's "one atomic per warp" target);
-* ``cas`` per allocation: every ``cas`` issued, successful or not.
-  ``count_atomics`` counts calls, not outcomes, so retries (failed ``cas``)
-  cannot be separated from successful ones; if ``AtomicCounts`` ever gains a
-  ``cas_failed`` field it is reported as well;
+* ``cas`` per allocation: every ``cas`` issued, successful or not; ``cas``
+  retries per allocation: the ``cas`` that found another value than they
+  expected and changed nothing (``AtomicCounts.cas_failed``), i.e. lost
+  races;
 * pages held, minimum pages: ``usage().reserved`` after the last counted
   alloc launch, and the fewest pages that could hold the live blocks of each
   class (``usage().classes``: ceil(blocks / blocks per slab) per class);
@@ -125,17 +125,12 @@ class Tally:
     by_kind: dict = field(default_factory=dict)
     ops: int = 0        # blocks served (allocs) or freed (frees)
     warps: int = 0      # warps with at least one lane taking part
-    cas_failed: int = 0
-    exact_retries: bool = True
+    cas_failed: int = 0     # cas that lost a race (retries)
 
     def add(self, counts, ops, warps=0):
         for k, v in counts.by_kind.items():
             self.by_kind[k] = self.by_kind.get(k, 0) + v
-        failed = getattr(counts, "cas_failed", None)
-        if failed is None:
-            self.exact_retries = False
-        else:
-            self.cas_failed += failed
+        self.cas_failed += counts.cas_failed
         self.ops += ops
         self.warps += warps
 
@@ -357,10 +352,8 @@ def _range(values, fmt="{:.2f}"):
 
 
 def workload_table(results):
-    exact = all(r["allocs"].exact_retries for runs in results.values() for r in runs)
     cols = [("workload", "l"), ("mode", "l"), ("allocs", "r"), ("failed", "r"),
-            ("atomics / alloc", "r"), ("cas / alloc", "r")]
-    cols += [("cas retries / alloc", "r")] if exact else []
+            ("atomics / alloc", "r"), ("cas / alloc", "r"), ("cas retries / alloc", "r")]
     cols += [("alloc atomics by kind", "l"), ("atomics / alloc. warp", "r"),
              ("atomics / free", "r"), ("free atomics by kind", "l"), ("pages held", "r"),
              ("min pages", "r"), ("page takes", "r")]
@@ -371,7 +364,7 @@ def workload_table(results):
         row = [w, m, _range([a.ops for a in A], "{:.0f}"),
                _range([r["failed"] for r in runs], "{:.0f}"),
                _range([a.per_op() for a in A]), _range([a.per_op("cas") for a in A])]
-        row += [_range([a.cas_failed / a.ops for a in A])] if exact else []
+        row += [_range([a.cas_failed / a.ops for a in A])]
         row += [_fmt_kinds(A), _range([a.total / a.warps for a in A], "{:.1f}"),
                 _range([f.per_op() for f in F]), _fmt_kinds(F)]
         row += [_range([r[k] for r in runs], "{:.1f}")
@@ -405,11 +398,8 @@ def exact_table(u, warps):
 
 
 def section(results, u, warps, repeats):
-    exact = all(r["allocs"].exact_retries for runs in results.values() for r in runs)
-    retries = ("`cas` retries are reported exactly by `count_atomics`." if exact else
-               "`cas / alloc` counts every `cas`, successful or not: `count_atomics` "
-               "counts calls, not outcomes, so CAS retries cannot be separated from "
-               "the public instruments (see the module docstring).")
+    retries = ("`cas / alloc` counts every `cas`; `cas retries / alloc` those that "
+               "lost a race and changed nothing (exact, `count_atomics`).")
     lines = header("Operation counts (simulator)", ".venv/bin/python bench/op_counts.py",
                    simulator_environment())
     lines += [

@@ -51,6 +51,7 @@ def test_uncontended_small_path_costs_exact_atomics():
     assert u["cold"].by_kind == UNCONTENDED["cold"]
     assert _per_op(u["alloc"]) == UNCONTENDED["alloc"]  # issue 3: one atomic
     assert _per_op(u["free"]) == UNCONTENDED["free"]
+    assert u["cold"].cas_failed == u["alloc"].cas_failed == 0  # alone: no retries
     assert u["served"] == 4
     usage = u["usage"]  # the warm-up block is still live, in its slab
     assert (usage.allocs, usage.frees, usage.live_blocks, usage.reserved) == (5, 4, 1, L.PAGE)
@@ -63,6 +64,7 @@ def test_uncontended_reuse_of_freed_blocks_costs_exact_atomics(nbytes):
     cap = L.class_blocks(L.size_class(nbytes))
     assert r["served"] == cap - 1
     assert _per_op(r["alloc"]) == UNCONTENDED["reuse"]
+    assert r["alloc"].cas_failed == 0
     u = r["usage"]
     assert (u.allocs, u.frees, u.live_blocks, u.reserved) == (2 * cap - 1, cap - 1, cap, L.PAGE)
 
@@ -81,6 +83,7 @@ def test_a_converged_warp_allocating_one_class_costs_one_cas():
     offs = np.sort(w["offsets"])
     assert (np.diff(offs) == 16).all() and offs[0] == 16  # after the warm block
     assert w["alloc"].by_kind == {"cas": 1}  # issue 3: one atomic per warp
+    assert w["alloc"].cas_failed == 0
     # The 32 blocks (slots 1..32) lie in two bitmap words: one group each,
     # one or and one add per group.
     assert w["free"].by_kind == {"or_": 2, "add": 2}
@@ -96,6 +99,8 @@ def test_lanes_alone_pay_one_cas_each():
     assert (offs // L.PAGE == offs[0] // L.PAGE).all()  # all from the warm slab
     # Lanes race on the one state word: at least one cas each, nothing else.
     assert set(w["alloc"].by_kind) == {"cas"} and w["alloc"].by_kind["cas"] >= 32
+    # Each lane wins exactly one cas (its block); every other cas lost a race.
+    assert w["alloc"].by_kind["cas"] - w["alloc"].cas_failed == 32
     assert w["free"].by_kind == {"or_": 32, "add": 32}
     u = w["usage"]
     assert (u.allocs, u.frees, u.live_blocks, u.reserved) == (33, 32, 1, L.PAGE)

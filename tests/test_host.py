@@ -114,6 +114,23 @@ def test_simulator_atomic_shim_is_installed():
     assert _simshim.installed() is True
 
 
+
+@cuda.jit
+def k_cas_expecting(a, expected):
+    cuda.atomic.cas(a, 0, expected, 7)
+
+
+def test_count_atomics_tells_lost_cas_from_won_ones():
+    from devalloc._simshim import count_atomics
+
+    a = np.zeros(1, np.int64)
+    with count_atomics() as n:
+        k_cas_expecting[1, 1](a, 5)  # finds 0: loses, changes nothing
+        k_cas_expecting[1, 1](a, 0)  # finds 0: wins
+        k_cas_expecting[1, 1](a, 0)  # finds 7: loses
+    assert a[0] == 7
+    assert n.by_kind == {"cas": 3} and n.cas_failed == 2
+
 def test_mixed_atomic_kinds_lose_no_update(fine_interleaving):
     # Without the shim, add and cas take different simulator locks and
     # about one launch in two loses an increment.
