@@ -117,6 +117,12 @@ CAUGHT = {
     "reserve_plain_update": ("slab_same_word", {"pages used", "counters", "no overlap",
                                                 "freed >= unreserved"},
                              "reserve_plain_update"),
+    # Group bugs (lanes of one warp, devalloc.testing.groups): invisible to
+    # scenarios of lanes alone (test below).
+    "alloc_small_overserve": ("group_partial", {"offset", "no overlap", "live block pinned"},
+                              "_reserve"),
+    "free_small_leader_bit_only": ("group_reuse", {"freed >= unreserved"},
+                                   "free_small_leader_bit_only"),
 }
 
 
@@ -158,6 +164,27 @@ def test_races_the_explorer_finds_are_invisible_sequentially(name):
     assert not r.ok
     # The failing schedule switches threads in the middle of an operation.
     assert len(set(r.failing_schedule)) > 1
+
+
+@pytest.mark.parametrize("name", ["alloc_small_overserve", "free_small_leader_bit_only"])
+def test_group_bugs_need_group_scenarios(name):
+    """Bugs in what a group's leader and lanes do are invisible to lanes alone."""
+    for alone in ("slab_same_word", "reuse_race"):
+        r = explorer.explore(scenarios.by_name(alone), BOUNDS.max_executions,
+                             overrides=variant(name))
+        assert r.ok and r.complete, r.report()
+
+
+def test_group_lanes_replay_their_leaders_shares():
+    from devalloc.testing.groups import GroupRun
+
+    shares = []
+    leader = GroupRun(0b11, 0, 2, shares)
+    assert leader.share(7) == 7 and leader.share(0) == 0 and shares == [7, 0]
+    lane = GroupRun(0b11, 1, 2, shares)
+    assert lane.share(-1) == 7 and lane.share(-1) == 0
+    with pytest.raises(Fault, match="waits for share #3, but its leader made 2"):
+        lane.share(-1)
 
 
 def test_pct_seed_list_catches_a_race_round_robin_misses():
@@ -292,9 +319,33 @@ def test_model_rejects_overlapping_and_misplaced_blocks():
     assert np.array(m.counts()).tolist() == [1, 0, 0, 0, 1, 64]
 
 
+def test_model_counts_each_lane_of_a_group_operation():
+    m = Model(1)
+    m.start(0, "alloc", (), 3)
+    m.touch(0)
+    assert m.inflight_kinds() == (3, 0, 0)
+    m.alloc_done(0, 0, 4096, 0)
+    m.alloc_done(0, 1, 4096, 4096)
+    assert m.inflight_kinds() == (1, 0, 0) and not m.quiescent
+    m.alloc_done(0, 2, 4096, L.NULL)
+    assert m.quiescent and (m.allocs, m.failed) == (2, 1)
+    m.start(0, "free", [m.live[0], m.live[4096]], 2)
+    m.touch(0)
+    assert m.live == {} and m.inflight_kinds() == (0, 2, 0)
+    m.free_done(0, "free")
+    m.free_done(0, "free")
+    assert m.quiescent and m.frees == 2
+
+
 def test_scenarios_refuse_meaningless_programs():
     t = explorer.ThreadSpec
     for ops in [(("free", 0),), (("alloc", 16), ("verify", 0)),
-                (("alloc", 16), ("free", 0), ("free", 0)), (("free_bogus", 32),)]:
+                (("alloc", 16), ("free", 0), ("free", 0)), (("free_bogus", 32),),
+                (("alloc_group", 16, 1),), (("alloc_group", 9000, 2),),
+                (("alloc_group", 16, 33),),
+                (("alloc_group", 16, 2), ("free_group", (0,))),
+                (("alloc_group", 16, 2), ("free_group", (0, 0))),
+                (("alloc_group", 16, 2), ("free", 1), ("free_group", (0, 1))),
+                (("alloc", 16), ("alloc", 32), ("free_group", (0, 1)))]:
         with pytest.raises(ValueError):
             explorer.Scenario("bad", 1, (t(0, 0, ops),))

@@ -6,6 +6,8 @@
   schedules, and reports the first broken invariant with its schedule.
 * :mod:`devalloc.testing.machine`: one run, one step at a time: the fake
   ``cuda`` module, the instrumented metadata, the baton-passing threads.
+* :mod:`devalloc.testing.groups`: warp groups in the explorer (one logical
+  thread acting for a group of lanes: its leader, then its lanes).
 * :mod:`devalloc.testing.invariants`: the sequential model of a history and
   the invariants checked after every step.
 * :mod:`devalloc.testing.scenarios`: the configurations the test suite

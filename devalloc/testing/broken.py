@@ -14,9 +14,18 @@ from numba import cuda, int64
 
 from .. import layout as L
 from .. import warp
-from ..device_slab import _release_slots
+from ..device_slab import _find, _release_slots
 from ..device_large import _pages_changed
-from ..layout import bits_base, bump_grant, class_size, slab_tag
+from ..layout import (
+    bits_base,
+    bump_grant,
+    class_size,
+    grant_block,
+    grant_count,
+    grant_page,
+    popc32,
+    slab_tag,
+)
 
 
 def take_bits_check_then_clear(meta, widx, pick):
@@ -107,6 +116,62 @@ def reserve_plain_update(meta, npages, p, c, want):
     return bump_grant(p, first, got)
 
 
+def alloc_small_overserve(meta, npages, c, mask, leader, rank, lanes):
+    """``_alloc_small`` whose lanes take a block one past their grant.
+
+    The lane ranked just past a grant's last block also takes one: a block
+    its leader never won, which another thread may hold or win.
+    """
+    off = int64(L.NULL)
+    served = int64(0)
+    for _ in range(lanes):
+        g = int64(0)
+        if rank == 0:
+            g = _find(meta, npages, c, lanes - served)
+        g = warp.share(mask, leader, g)
+        if g == 0:
+            break
+        got = grant_count(g)
+        k = rank - served
+        if k >= 0 and k <= got:  # BUG: <=, one lane too many
+            off = (grant_page(g) << L.PAGE_SHIFT) + grant_block(g, k) * class_size(c)
+        served += got
+        if served >= lanes:
+            break
+    return off
+
+
+def free_small_leader_bit_only(meta, npages, p, s, rel):
+    """``_free_small`` whose leader sets only its own bit, but gives back the
+    slots of the whole group.
+
+    The other lanes' blocks are no longer live yet not marked freed: a
+    reuser that reserves their slots finds no bit to take.
+    """
+    c = (s & L.TAG_MASK) - 1
+    size = class_size(c)
+    b = rel // size
+    widx = warp.solo_key()
+    bit = int64(0)
+    if rel - b * size == 0 and b < L.slab_cursor(s):
+        widx = bits_base(npages) + p * L.BITMAP_WORDS + (b >> 5)
+        bit = int64(1) << (b & (L.BITS_PER_WORD - 1))
+    mask, leader, rank, lanes = warp.group(widx)
+    if bit == 0:
+        return 0
+    bits, dup = warp.merge_bits(mask, bit)
+    old = int64(0)
+    if rank == 0:
+        old = cuda.atomic.or_(meta, widx, bit)  # BUG: bit, not the group's bits
+        freed = popc32(bits & ~old)
+        if freed:
+            _release_slots(meta, npages, p, freed, False)
+    old = warp.share(mask, leader, old)
+    if old & bit or dup:
+        return 0
+    return 1
+
+
 #: name -> (device function replaced, broken copy)
 VARIANTS = {
     "take_check_then_clear": ("_take_bits", take_bits_check_then_clear),
@@ -114,4 +179,6 @@ VARIANTS = {
     "retire_plain_store": ("_retire", retire_plain_store),
     "retire_keeping_bits": ("_retire", retire_keeping_bits),
     "reserve_plain_update": ("_reserve", reserve_plain_update),
+    "alloc_small_overserve": ("_alloc_small", alloc_small_overserve),
+    "free_small_leader_bit_only": ("_free_small", free_small_leader_bit_only),
 }

@@ -102,6 +102,16 @@ def describe_state(s):
 
 
 @dataclass
+class Op:
+    """An operation in progress: its kind, the live blocks it frees, and how
+    many lanes (results) are still to return."""
+
+    kind: str
+    blocks: list
+    lanes: int = 1
+
+
+@dataclass
 class Block:
     """A block the model holds live: who allocated it, where, how big."""
 
@@ -130,22 +140,28 @@ class Model:
         self.failed = 0  # allocs that returned NULL
         self.frees = 0  # valid frees done
         self.invalid = 0  # invalid frees done
-        self.untouched = {}  # tid -> (kind, block) started, no access yet
-        self.inflight = {}  # tid -> (kind, block) touched, not returned
+        self.untouched = {}  # tid -> Op started, no access yet
+        self.inflight = {}  # tid -> Op touched, not (wholly) returned
 
     # ---------------------------------------------------------- events
-    def start(self, tid, kind, block=None):
-        """Thread ``tid`` starts an operation (``alloc``, ``free``, ``invalid``)."""
-        self.untouched[tid] = (kind, block)
+    def start(self, tid, kind, blocks=(), lanes=1):
+        """Thread ``tid`` starts an operation (``alloc``, ``free``, ``invalid``).
+
+        ``lanes`` > 1: the thread acts for a group of that many lanes (the
+        explorer's ``alloc_group``/``free_group``), one result per lane;
+        ``blocks``: the live blocks a free ends (None for unknown ones).
+        """
+        self.untouched[tid] = Op(kind, list(blocks), lanes)
 
     def touch(self, tid):
         """The first metadata access of ``tid``'s current operation executed."""
         op = self.untouched.pop(tid, None)
         if op is None:
             return
-        kind, block = op
-        if kind == "free" and block is not None:
-            del self.live[block.off]
+        if op.kind == "free":
+            for block in op.blocks:
+                if block is not None:
+                    del self.live[block.off]
         self.inflight[tid] = op
 
     def alloc_done(self, tid, aidx, size, off):
@@ -177,15 +193,21 @@ class Model:
         """Record a free of kind ``free`` (valid) or ``invalid`` returning."""
         op = self._finish(tid)
         if kind == "free":
-            if op is not None and op[1] is not None:
+            if op is not None and any(b is not None for b in op.blocks):
                 self.frees += 1
         else:
             self.invalid += 1
 
     def _finish(self, tid):
-        op = self.inflight.pop(tid, None)
-        untouched = self.untouched.pop(tid, None)
-        return op or untouched
+        # One lane's result: the operation is over when every lane returned.
+        for table in (self.inflight, self.untouched):
+            op = table.get(tid)
+            if op is not None:
+                op.lanes -= 1
+                if op.lanes <= 0:
+                    del table[tid]
+                return op
+        return None
 
     # ---------------------------------------------------------- figures
     @property
@@ -199,8 +221,11 @@ class Model:
                 self.invalid, len(live), sum(b.span for b in live))
 
     def inflight_kinds(self):
-        kinds = [k for k, _ in self.inflight.values()]
-        return kinds.count("alloc"), kinds.count("free"), kinds.count("invalid")
+        """Lanes in flight: (allocs, frees, invalid frees)."""
+        n = {"alloc": 0, "free": 0, "invalid": 0}
+        for op in self.inflight.values():
+            n[op.kind] += op.lanes
+        return n["alloc"], n["free"], n["invalid"]
 
 
 # ------------------------------------------------------------------ checks

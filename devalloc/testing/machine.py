@@ -13,7 +13,10 @@ those modules' globals are changed, and restored afterwards:
   sequentially consistent), ``ffs``/``grid``/``blockIdx`` are computed for
   the logical thread that runs;
 * every dispatcher global (``_reserve``, ``_alloc_large``, ``alloc``...)
-  becomes its ``py_func``, so device functions call each other directly.
+  becomes its ``py_func``, so device functions call each other directly;
+* ``warp`` becomes a :class:`~devalloc.testing.groups.FakeWarp`: a thread is
+  a lane alone, or acts for a whole warp group in the ``alloc_group`` and
+  ``free_group`` operations (:mod:`devalloc.testing.groups`).
 
 No seam in the device modules was needed: this is the CUDA simulator's own
 trick (run ``py_func`` with the ``cuda`` global swapped), with a scheduler
@@ -46,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import layout as L
+from . import groups
 from .invariants import Fault, Model, check_drained, check_quiescent, check_safe, word_name
 
 Dim3 = namedtuple("Dim3", "x y z")
@@ -76,6 +80,10 @@ class ThreadSpec:
     ``("free_interior", i)`` frees ``16`` bytes into live block ``i`` (an
     invalid free that reads the pinned page's state); ``("free_bogus", off)``
     frees an offset that is never a block (misaligned or outside).
+    ``("alloc_group", n, k)``: ``k`` lanes of a warp allocate ``n`` (small)
+    bytes together, one group, allocations numbered in lane order;
+    ``("free_group", (i, j, ...))``: lanes free those allocations (of one
+    size) together, grouped by bitmap word (:mod:`devalloc.testing.groups`).
     """
 
     block: int
@@ -109,19 +117,33 @@ class Scenario:
 
 def _check_program(who, ops):
     """Refuse programs whose checks would be meaningless (see ThreadSpec)."""
-    allocs = 0
+    allocs = []  # size of each allocation, by number
     written, freed = set(), set()
     for op in ops:
         kind = op[0]
         if kind == "alloc":
-            allocs += 1
+            allocs.append(op[1])
+            continue
+        if kind == "alloc_group":
+            if not (0 < op[1] <= L.MAX_SMALL and 2 <= op[2] <= 32):
+                raise ValueError(f"{who}: {op_str(op)}: groups are 2-32 lanes, small blocks")
+            allocs += [op[1]] * op[2]
+            continue
+        if kind == "free_group":
+            named = op[1]
+            if (len(named) < 2 or len(set(named)) != len(named)
+                    or any(not 0 <= i < len(allocs) or i in freed for i in named)
+                    or len({allocs[i] for i in named}) != 1):
+                raise ValueError(f"{who}: {op_str(op)} needs two or more live "
+                                 "allocations of its own, of one size")
+            freed.update(named)
             continue
         if kind == "free_bogus":
             if op[1] >= 0 and op[1] % L.ALIGN == 0:
                 raise ValueError(f"{who}: free_bogus({op[1]}) may name a real block")
             continue
         i = op[1]
-        if not 0 <= i < allocs or i in freed:
+        if not 0 <= i < len(allocs) or i in freed:
             raise ValueError(f"{who}: {op_str(op)} names no live allocation of its own")
         if kind == "write":
             written.add(i)
@@ -138,6 +160,10 @@ def op_str(op):
     kind = op[0]
     if kind == "alloc":
         return f"alloc({op[1]})"
+    if kind == "alloc_group":
+        return f"alloc({op[1]}) x{op[2]} lanes"
+    if kind == "free_group":
+        return "free(" + ", ".join(f"#{i}" for i in op[1]) + ")"
     if kind == "free_bogus":
         return f"free({op[1]})"
     return f"{kind}(#{op[1]})"
@@ -313,6 +339,7 @@ class LThread:
         self.events = []
         self.offs = []
         self.op_desc = ""
+        self.group = None  # a groups.GroupRun during a group operation
 
 
 # ------------------------------------------------------------- installing
@@ -347,6 +374,7 @@ def installed(overrides=None):
     """
     overrides = dict(overrides or {})
     fake = FakeCuda()
+    fake_warp = groups.FakeWarp(lambda: getattr(_tls, "thread", None))
     saved = []
     if not _INSTALL_LOCK.acquire(timeout=STEP_TIMEOUT):
         raise RuntimeError("another exploration holds the device modules")
@@ -367,6 +395,8 @@ def installed(overrides=None):
                 new = None
                 if name == "cuda":
                     new = fake
+                elif name == "warp" and isinstance(v, types.ModuleType):
+                    new = fake_warp
                 elif _is_dispatcher(v):
                     new = v.py_func
                 if name in overrides:
@@ -452,16 +482,31 @@ class Machine:
             # is and what its allocations returned: forget the rest.
             t.hist = hash(("op", k, tuple(t.offs)))
             if kind == "alloc":
-                t.events.append(("start", "alloc", None))
+                t.events.append(("start", "alloc", (), 1))
                 off = int(self.alloc(ctx, op[1]))
                 t.events.append(("alloc", len(t.offs), op[1], off))
                 self._returned(t, off)
                 t.offs.append(off)
+            elif kind == "alloc_group":
+                t.events.append(("start", "alloc", (), op[2]))
+                offs = groups.alloc_group(self, t, op[1], op[2])
+                for off in offs:
+                    t.events.append(("alloc", len(t.offs), op[1], off))
+                    t.offs.append(off)
+                self._returned(t, offs)
             elif kind == "free":
                 off = t.offs[op[1]]
-                t.events.append(("start", "free", off))
+                t.events.append(("start", "free", (off,), 1))
                 self.free(ctx, off)
                 t.events.append(("free", "free"))
+                self._returned(t, None)
+            elif kind == "free_group":
+                blocks = [(t.offs[i], self._alloc_size(t, i)) for i in op[1]
+                          if t.offs[i] != L.NULL]  # free(NULL): no group, nothing
+                for lanes in groups.word_groups(blocks):
+                    t.events.append(("start", "free", [off for off, _ in lanes], len(lanes)))
+                    groups.free_word_group(self, t, lanes)
+                    t.events += [("free", "free")] * len(lanes)
                 self._returned(t, None)
             elif kind in ("free_interior", "free_bogus"):
                 if kind == "free_bogus":
@@ -470,7 +515,7 @@ class Machine:
                     off = 8  # misaligned: invalid whatever the heap holds
                 else:
                     off = t.offs[op[1]] + 16
-                t.events.append(("start", "invalid", None))
+                t.events.append(("start", "invalid", (), 1))
                 self.free(ctx, off)
                 t.events.append(("free", "invalid"))
                 self._returned(t, None)
@@ -478,7 +523,7 @@ class Machine:
                 off = t.offs[op[1]]
                 if off == L.NULL:
                     continue
-                n = t.spec.ops[self._alloc_op(t, op[1])][1]
+                n = self._alloc_size(t, op[1])
                 self.park(t, (kind, off, "program", 0))
                 key = (t.tid * 37 + op[1] * 11 + 1) & 0xFF
                 block = self.arena[off:off + n]
@@ -498,9 +543,15 @@ class Machine:
         self.trace.append((t.tid, t.op_desc, None, None, "=", None, None, None, None, value))
 
     @staticmethod
-    def _alloc_op(t, i):
-        allocs = [k for k, op in enumerate(t.spec.ops) if op[0] == "alloc"]
-        return allocs[i]
+    def _alloc_size(t, i):
+        """Return the size thread ``t``'s allocation number ``i`` asked for."""
+        sizes = []
+        for op in t.spec.ops:
+            if op[0] == "alloc":
+                sizes.append(op[1])
+            elif op[0] == "alloc_group":
+                sizes += [op[1]] * op[2]
+        return sizes[i]
 
     # --------------------------------------------------- scheduler side
     def reset(self):
@@ -551,8 +602,7 @@ class Machine:
             if kind == "touch":
                 m.touch(t.tid)
             elif kind == "start":
-                block = m.live.get(ev[2]) if ev[2] is not None else None
-                m.start(t.tid, ev[1], block)
+                m.start(t.tid, ev[1], [m.live.get(off) for off in ev[2]], ev[3])
             elif kind == "alloc":
                 m.alloc_done(t.tid, ev[1], ev[2], ev[3])
             elif kind == "free":

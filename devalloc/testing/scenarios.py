@@ -6,6 +6,11 @@ threads, explored exhaustively only when deep. :data:`PCT`: three or four
 threads, one to three pages, up to six operations each, explored with PCT
 schedules.
 
+Warp groups (``alloc_group``, ``free_group``) are one logical thread acting
+for several lanes (:mod:`devalloc.testing.groups`): their leaders' grants of
+several blocks, partial grants and frees of several bits are explored like
+a lone lane's operations.
+
 Sizes are chosen so that threads collide where the code is delicate: 4096-
 and 8192-byte blocks put a slab's every slot in bitmap word 0 (so two slot
 holders race on one word whatever ``cuda.grid(1)`` is); a one-page heap
@@ -32,6 +37,8 @@ A = "alloc"
 F = "free"
 W = "write"
 V = "verify"
+AG = "alloc_group"  # (AG, n, k): k lanes of a warp allocate n bytes together
+FG = "free_group"   # (FG, (i, j, ...)): lanes free those blocks together
 
 EXHAUSTIVE = (
     # Two slot holders of one slab, both in bitmap word 0, same block.
@@ -81,6 +88,27 @@ EXHAUSTIVE = (
     Scenario("free_vs_alloc_long", 1, (
         _t(0, 0, (A, 4096), (A, 4096), (F, 1), (F, 0)),
         _t(1, 0, (A, 4096), (F, 0), (A, 4096), (F, 1)),
+    )),
+    # Warp groups (devalloc.testing.groups): the leader of three lanes
+    # against a thread taking two of the page's four slots. Partial grants:
+    # some lanes served, the rest NULL (each lane counts its failure), or
+    # a second round served from a block freed meanwhile.
+    Scenario("group_partial", 1, (
+        _t(0, 0, (AG, 4096, 3), (FG, (0, 1, 2))),
+        _t(1, 0, (A, 4096), (A, 4096), (F, 0), (F, 1)),
+    )),
+    # A group fills the slab, frees two blocks of one word with one or and
+    # one add, and takes them back as one reuse grant of two bits, racing
+    # with a thread that reuses one of them.
+    Scenario("group_reuse", 1, (
+        _t(0, 0, (AG, 4096, 4), (FG, (0, 1)), (AG, 4096, 2)),
+        _t(1, 0, (A, 4096), (F, 0)),
+    )),
+    # A group free that empties its slab (one add of -2, then the retire)
+    # racing with another class that wants the page.
+    Scenario("group_retire", 1, (
+        _t(0, 0, (AG, 8192, 2), (FG, (0, 1)), (A, 64)),
+        _t(1, 0, (A, 64), (F, 0), (A, 8192)),
     )),
     # Four operations each: a page changes class twice.
     Scenario("class_change_long", 1, (
