@@ -150,21 +150,38 @@ def usage_from_meta(meta, npages):
     )
 
 
+#: Slabs unpacked at once by :func:`live_blocks` (1 KiB of bits each).
+_SLAB_BATCH = 4096
+_CLASS_SIZES = np.array([L.class_size(c) for c in range(L.NCLASSES)], np.int64)
+
+
 def live_blocks(meta, npages):
-    """Return the live blocks as sorted ``(offset, reserved size)`` pairs."""
+    """Return the live blocks as sorted ``(offset, reserved size)`` pairs.
+
+    Vectorized over pages: a slab's live blocks are those below its cursor
+    whose freed bit is clear; a large block is its HEAD page.
+    """
     meta = np.asarray(meta, dtype=np.int64)
-    out = []
-    base = L.bits_base(npages)
-    for p in range(npages):
-        s = int(meta[L.STATE_BASE + p])
-        t = L.state_tag(s)
-        if t == L.TAG_HEAD:
-            out.append((p * L.PAGE, L.state_n(s) * L.PAGE))
-        elif 1 <= t <= L.NCLASSES:
-            # Live: handed out (below the cursor) and not freed (bit clear).
-            size = L.class_size(t - 1)
-            words = meta[base + p * L.BITMAP_WORDS:base + (p + 1) * L.BITMAP_WORDS]
-            blocks = np.arange(L.slab_cursor(s))
-            freed = (words[blocks // L.BITS_PER_WORD] >> (blocks % L.BITS_PER_WORD)) & 1
-            out.extend((p * L.PAGE + int(b) * size, size) for b in blocks[freed == 0])
-    return out
+    state = meta[L.STATE_BASE:L.STATE_BASE + npages]
+    tag = state & L.TAG_MASK
+    heads = np.flatnonzero(tag == L.TAG_HEAD)
+    offs = [heads * L.PAGE]
+    sizes = [((state[heads] >> L.N_SHIFT) & L.N_MASK) * L.PAGE]
+    slabs = np.flatnonzero((tag >= 1) & (tag <= L.NCLASSES))
+    bitmaps = meta[L.bits_base(npages):L.meta_words(npages)].reshape(npages, L.BITMAP_WORDS)
+    block = np.arange(L.MAX_SLAB_BLOCKS)
+    for lo in range(0, len(slabs), _SLAB_BATCH):
+        pages = slabs[lo:lo + _SLAB_BATCH]
+        # Bit k of word w is block 32 w + k: unpack the low 4 bytes of each
+        # word, least significant bit first.
+        words = bitmaps[pages].astype("<u4")
+        freed = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")
+        cursor = (state[pages] >> L.CURSOR_SHIFT) & L.CURSOR_MASK
+        slab, k = np.nonzero((freed == 0) & (block < cursor[:, None]))
+        size = _CLASS_SIZES[tag[pages] - 1][slab]
+        offs.append(pages[slab] * L.PAGE + k * size)
+        sizes.append(size)
+    offs = np.concatenate(offs)
+    sizes = np.concatenate(sizes)
+    order = np.argsort(offs, kind="stable")
+    return list(zip(offs[order].tolist(), sizes[order].tolist()))

@@ -4,12 +4,13 @@ import json
 import re
 
 import numpy as np
+import pytest
 from numba import cuda
 
 import devalloc
 from devalloc import layout as L
 from devalloc.report import format_usage, human_bytes
-from devalloc.stats import ClassUsage, Usage
+from devalloc.stats import ClassUsage, Usage, live_blocks
 
 BYTE_ROWS = {"capacity": "capacity", "in use": "in_use", "reserved": "reserved", "peak": "peak"}
 COUNT_ROWS = {"live blocks": "live_blocks", "allocs": "allocs", "frees": "frees",
@@ -118,3 +119,53 @@ def test_report_from_a_real_heap_matches_the_attributes():
     heap.reset()
     text, classes = check_report(heap.usage())
     assert classes == {}
+
+
+def _live_block_by_block(meta, npages):
+    # The definition, one block at a time: a HEAD page is a large block; a
+    # slab's block is live when it lies below the cursor and its bit is clear.
+    out = []
+    for p in range(npages):
+        s = int(meta[L.STATE_BASE + p])
+        t = L.state_tag(s)
+        if t == L.TAG_HEAD:
+            out.append((p * L.PAGE, L.state_n(s) * L.PAGE))
+        elif 1 <= t <= L.NCLASSES:
+            size = L.class_size(t - 1)
+            for b in range(L.slab_cursor(s)):
+                word = int(meta[L.bits_base(npages) + p * L.BITMAP_WORDS + b // 32])
+                if not word >> (b % 32) & 1:
+                    out.append((p * L.PAGE + b * size, size))
+    return out
+
+
+@pytest.mark.parametrize("npages", [1, 7, 300])
+def test_live_blocks_match_a_block_by_block_reading(npages):
+    rng = np.random.default_rng(npages)
+    meta = np.zeros(L.meta_words(npages), np.int64)
+    for p in range(npages):
+        kind = rng.random()
+        if kind < 0.7:
+            c = int(rng.integers(0, L.NCLASSES))
+            cap = L.class_blocks(c)
+            cursor = int(rng.integers(0, cap + 1))
+            freed = np.flatnonzero(rng.integers(0, 2, cursor))
+            live = cursor - len(freed)
+            meta[L.STATE_BASE + p] = L.pack_state(L.slab_tag(c), live | cursor << 16, 5)
+            for b in freed:
+                meta[L.bits_base(npages) + p * L.BITMAP_WORDS + b // 32] |= 1 << int(b % 32)
+        elif kind < 0.8:
+            meta[L.STATE_BASE + p] = L.pack_state(L.TAG_HEAD, 1, 1)
+        elif kind < 0.9:
+            meta[L.STATE_BASE + p] = L.pack_state(L.TAG_BUMP, 1, 0)
+    got = live_blocks(meta, npages)
+    assert got == _live_block_by_block(meta, npages)
+    assert all(type(off) is int and type(size) is int for off, size in got)
+    assert [off for off, _ in got] == sorted(off for off, _ in got)
+
+
+def test_live_blocks_unpacks_slabs_in_batches(monkeypatch):
+    from devalloc import stats
+
+    monkeypatch.setattr(stats, "_SLAB_BATCH", 3)
+    test_live_blocks_match_a_block_by_block_reading(7)
