@@ -504,6 +504,9 @@ class Machine:
                 blocks = [(t.offs[i], self._alloc_size(t, i)) for i in op[1]
                           if t.offs[i] != L.NULL]  # free(NULL): no group, nothing
                 for lanes in groups.word_groups(blocks):
+                    # Each word's group is an operation of its own: its
+                    # blocks leave the live set at its own first access.
+                    t.touched = False
                     t.events.append(("start", "free", [off for off, _ in lanes], len(lanes)))
                     groups.free_word_group(self, t, lanes)
                     t.events += [("free", "free")] * len(lanes)

@@ -110,6 +110,12 @@ EXHAUSTIVE = (
         _t(0, 0, (AG, 8192, 2), (FG, (0, 1)), (A, 64)),
         _t(1, 0, (A, 64), (F, 0), (A, 8192)),
     )),
+    # A group of three on a two-page heap of two-slot slabs: grants from two
+    # pages, then one group free that is two word groups (two leaders).
+    Scenario("group_two_words", 2, (
+        _t(0, 0, (AG, 8192, 3), (FG, (0, 1, 2))),
+        _t(1, 0, (A, 8192), (F, 0)),
+    )),
     # Four operations each: a page changes class twice.
     Scenario("class_change_long", 1, (
         _t(0, 0, (A, 64), (F, 0), (A, 4096), (F, 1)),
