@@ -4,7 +4,9 @@ Runs ``python -m devalloc.probes`` in a subprocess with the real CUDA target
 (the rest of the suite runs on the simulator), for compute capabilities 7.5
 and 9.0, without a GPU. Asserts zero spills and records registers and SASS
 figures for the terminal summary. Also pins the two compile traps devalloc
-is built around, so a numba-cuda that changes them is noticed.
+is built around, so a numba-cuda that changes them is noticed, and the
+ptxas fact behind the register figures (a callee's registers count in its
+caller kernel's).
 """
 
 import json
@@ -57,7 +59,6 @@ def test_floor_kernels_are_what_they_claim(probe_result):
         assert r["sass_atomics"] == 0, r
 
 
-
 def _called_function_ptx(values):
     # A kernel whose only work is an out-of-line call to a function that
     # keeps ``values`` 64-bit values live at once.
@@ -92,6 +93,7 @@ def test_a_called_function_counts_in_the_kernels_registers(tmp_path):
     sass = subprocess.run([aot.tool_path("nvdisasm"), "-c", str(tmp_path / "k.cubin")],
                           capture_output=True, text=True, check=True).stdout
     assert " CALL" in sass and " RET" in sass
+
 
 def test_register_ceiling_sm90(probe_result):
     # Deterministic for a given toolchain; a ceiling that catches growth, not
