@@ -129,11 +129,18 @@ def explore(scenario, max_executions=20000, overrides=None, cache=True):
     every complete schedule is then run on its own (for testing the cache).
     """
     result = Result(scenario, "exhaustive", overrides=_override_names(overrides))
+    return _with_machine(scenario, result, overrides,
+                         lambda m: _dfs(m, result, max_executions, cache))
+
+
+def _with_machine(scenario, result, overrides, body):
+    """Run ``body(machine)`` with the device code installed; fill in and
+    return ``result`` (the access sites executed, the time taken)."""
     t0 = time.perf_counter()
     with installed(overrides):
         m = Machine(scenario)
         try:
-            _dfs(m, result, max_executions, cache)
+            body(m)
         finally:
             result.points = m.points
             m.close()
@@ -247,20 +254,15 @@ def explore_pct(scenario, seeds, depth=3, overrides=None):
     number of steps of a first, round-robin run (which is checked too).
     """
     result = Result(scenario, f"pct d={depth}", overrides=_override_names(overrides))
-    t0 = time.perf_counter()
-    with installed(overrides):
-        m = Machine(scenario)
-        try:
-            nsteps = _one(m, result, _round_robin(), None)
-            for seed in seeds:
-                if not result.ok:
-                    break
-                _one(m, result, _pct_chooser(seed, len(m.threads), nsteps, depth), seed)
-        finally:
-            result.points = m.points
-            m.close()
-    result.seconds = time.perf_counter() - t0
-    return result
+
+    def body(m):
+        nsteps = _one(m, result, _round_robin(), None)
+        for seed in seeds:
+            if not result.ok:
+                break
+            _one(m, result, _pct_chooser(seed, len(m.threads), nsteps, depth), seed)
+
+    return _with_machine(scenario, result, overrides, body)
 
 
 def replay(scenario, schedule, overrides=None):
@@ -273,16 +275,7 @@ def replay(scenario, schedule, overrides=None):
             return sched[i]
         return en[i % len(en)]
 
-    t0 = time.perf_counter()
-    with installed(overrides):
-        m = Machine(scenario)
-        try:
-            _one(m, result, choose, None)
-        finally:
-            result.points = m.points
-            m.close()
-    result.seconds = time.perf_counter() - t0
-    return result
+    return _with_machine(scenario, result, overrides, lambda m: _one(m, result, choose, None))
 
 
 def _round_robin():
