@@ -41,7 +41,7 @@ from numba import config, cuda  # noqa: E402
 
 import devalloc  # noqa: E402
 from devalloc import layout as L  # noqa: E402
-from devalloc import warp  # noqa: E402
+from devalloc.sim import warp  # noqa: E402
 
 NULL = devalloc.NULL
 MODES = ("single", "warp")

@@ -1,9 +1,9 @@
 """Operation counts on the CUDA simulator: atomics per allocation and per free.
 
-Counts every simulated atomic by kind with ``devalloc._simshim.count_atomics``
+Counts every simulated atomic by kind with ``devalloc.sim.atomics.count_atomics``
 (exact) around separate launches, so that allocations and frees are counted
 apart, for the standard workloads of issue 3, each in both warp-shim modes
-(``devalloc.warp.simulate``): "single" (every lane a group of one) and
+(``devalloc.sim.warp.simulate``): "single" (every lane a group of one) and
 "warp" (the lanes of a converged warp rendezvous and aggregate as on a GPU).
 
 Workloads (``BLOCKS`` blocks of ``THREADS`` threads, sizes seeded):
@@ -62,8 +62,8 @@ from numba import config, cuda  # noqa: E402
 
 import devalloc  # noqa: E402
 from devalloc import layout as L  # noqa: E402
-from devalloc import warp  # noqa: E402
-from devalloc._simshim import count_atomics  # noqa: E402
+from devalloc.sim import warp  # noqa: E402
+from devalloc.sim.atomics import count_atomics  # noqa: E402
 
 NULL = devalloc.NULL
 WARP = 32

@@ -3,7 +3,7 @@
 Runs ``kernels/step_scratch.py`` (three versions of a path simulation whose
 every time step needs a buffer of a run-time size) and writes, per version,
 the answer check, the heap's peak, the worst-case bytes and the atomics per
-allocation counted by ``devalloc._simshim.count_atomics``.
+allocation counted by ``devalloc.sim.atomics.count_atomics``.
 
 Run: ``.venv/bin/python bench/step_scratch.py`` (also a step of ``run_all.py``).
 """

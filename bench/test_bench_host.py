@@ -79,7 +79,7 @@ def test_kernel_alloc_free(benchmark, mode):
     if mode == "gpu":
         benchmark.pedantic(run, setup=heap.reset, rounds=20, warmup_rounds=1)
     else:
-        from devalloc import warp
+        from devalloc.sim import warp
 
         with warp.simulate(mode):
             benchmark.pedantic(run, setup=heap.reset, rounds=10, warmup_rounds=1)

@@ -43,17 +43,18 @@ _WHERE = {
     "NULL": "layout",
     "PAGE": "layout",
     "SCOPE_NONE": "layout",
-    "bump": "bump",
-    "mark": "scope",
-    "scoped": "scope",
-    "release": "scope",
-    "alloc": "api",
-    "free": "api",
-    "DebugCtx": "host",
-    "debug_ctx_type": "host",
-    "Ctx": "host",
+    "bump": "device",
+    "mark": "device",
+    "scoped": "device",
+    "release": "device",
+    "alloc": "device",
+    "free": "device",
+    "view": "device",
+    "DebugCtx": "ctx",
+    "debug_ctx_type": "ctx",
+    "Ctx": "ctx",
     "Heap": "host",
-    "ctx_type": "host",
+    "ctx_type": "ctx",
     "RunResult": "host",
     "DevallocError": "errors",
     "HeapClosedError": "errors",
@@ -65,18 +66,8 @@ _WHERE = {
 }
 
 
-def _view():
-    from numba import config
-
-    from . import _intrinsics
-
-    if config.ENABLE_CUDASIM:
-        return _intrinsics.view_simulated
-    return _intrinsics.view
-
-
 #: Submodules reachable as attributes without an explicit import.
-_SUBMODULES = ("aot", "layout", "probes", "stats", "target")
+_SUBMODULES = ("aot", "device", "layout", "probes", "sim", "stats", "target")
 
 
 def _load():
@@ -88,15 +79,11 @@ def _load():
     (a lazy import triggered by the kernel's own ``devalloc.alloc``) is too
     late for that compilation.
     """
-    from . import _simshim
+    from . import sim
 
-    _simshim.install()  # simulator only: one lock for every atomic kind
+    sim.install()  # simulator only: one lock for every atomic kind
     for name in __all__:
-        if name == "view":
-            value = _view()
-        else:
-            value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
-        globals()[name] = value
+        globals()[name] = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
 
 
 def __getattr__(name):

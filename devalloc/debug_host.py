@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import debug_device as D
+from . import layout as D
 
 KINDS = {
     D.KIND_INVALID_FREE: "invalid free",
@@ -43,8 +43,8 @@ def device_records(debug):
     n = min(int(debug[0]), D.RECORDS)
     out = []
     for i in range(n):
-        kind, off, block, thread = (int(x) for x in debug[D.RECORD_BASE + i * D.RECORD_WORDS:
-                                                      D.RECORD_BASE + (i + 1) * D.RECORD_WORDS])
+        kind, off, block, thread = (int(debug[D.record_word(i, f)])
+                                    for f in (D.R_KIND, D.R_OFFSET, D.R_BLOCK, D.R_THREAD))
         out.append(Record(KINDS.get(kind, f"kind {kind}"), off, block, thread))
     return out
 

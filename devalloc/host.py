@@ -16,32 +16,19 @@ Which calls synchronize the host:
 =================  ==========================================================
 """
 
-import collections
 import math
 import numbers
 from dataclasses import dataclass
 
 import numpy as np
-from numba import config, cuda, types
+from numba import config, cuda
 
 from . import layout as L
-from .debug_device import DEBUG_WORDS
+from .ctx import Ctx, DebugCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
 from .debug_host import describe, find_corruption, requested_size
 from .errors import HeapClosedError, HeapCorruption, HeapExhausted, OutOfMemoryError
 from .stats import live_blocks, usage_from_meta
 
-#: The handle kernels receive: the arena bytes and the metadata words.
-Ctx = collections.namedtuple("Ctx", ["arena", "meta"])
-
-#: The handle of a debug heap: also the debug record words.
-DebugCtx = collections.namedtuple("DebugCtx", ["arena", "meta", "debug"])
-
-_BYTES = types.Array(types.uint8, 1, "C")
-_WORDS = types.Array(types.int64, 1, "C")
-#: The Numba type of ``Heap.ctx``, for compiling kernels ahead of time.
-ctx_type = types.NamedTuple([_BYTES, _WORDS], Ctx)
-#: The Numba type of a debug heap's ``ctx``.
-debug_ctx_type = types.NamedTuple([_BYTES, _WORDS, _WORDS], DebugCtx)
 
 
 def check_capacity(capacity):
@@ -181,8 +168,8 @@ class Heap:
         self.npages = self._arena.size // L.PAGE
         _zero(self._meta, self._meta.size * 8, self.stream)
         if self.debug:
-            self._debug = cuda.device_array(DEBUG_WORDS, np.int64, stream=self.stream)
-            _zero(self._debug, DEBUG_WORDS * 8, self.stream)
+            self._debug = cuda.device_array(L.DEBUG_WORDS, np.int64, stream=self.stream)
+            _zero(self._debug, L.DEBUG_WORDS * 8, self.stream)
             self._ctx = DebugCtx(self._arena, self._meta, self._debug)
         else:
             self._debug = None
@@ -250,7 +237,7 @@ class Heap:
         with self._on_device():
             _zero(self._meta, self._meta.size * 8, self._stream(stream))
             if self._debug is not None:
-                _zero(self._debug, DEBUG_WORDS * 8, self._stream(stream))
+                _zero(self._debug, L.DEBUG_WORDS * 8, self._stream(stream))
 
     def usage(self, stream=None):
         """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`."""

@@ -1,4 +1,4 @@
-"""Pure layout arithmetic: size classes, page geometry, metadata offsets.
+"""Pure layout arithmetic: the heap's geometry and every packed word's bits.
 
 Nothing here touches a device. Every function is plain integer arithmetic:
 it runs on the host as ordinary Python (and is unit-tested there), and
@@ -6,96 +6,231 @@ it runs on the host as ordinary Python (and is unit-tested there), and
 is one definition of the layout. Keep them free of Python-only constructs
 (no ``int.bit_length``, no tuples indexed at run time, no exceptions).
 
-The heap
---------
-A heap of ``capacity`` bytes of device memory is split into
-
-* the **arena**: ``npages`` pages of :data:`PAGE` bytes, the only bytes ever
-  handed to users; offsets returned by ``alloc`` index into it;
-* the **metadata**: one ``int64`` array of :func:`meta_words` words.
-
-Every page is, at any moment, exactly one of: free; a *slab* of one size
-class (blocks of :func:`class_size` bytes tracked by a bitmap); the *head* of
-a large block spanning one or more whole pages; or a *tail* page of one.
-That is recorded in the page's **state word** (see :func:`pack_state`).
-
-Metadata words (offsets into the ``int64`` metadata array)::
-
-    [0, HEADER_WORDS)                       global words, below
-    [STATE_BASE, STATE_BASE + npages)       one state word per page
-    [bits_base(npages), + npages * BITMAP_WORDS)
-                                            slab bitmaps, 32 bits used per word
+One section per format, each with its bit table, then the functions that
+pack and unpack it: geometry and size classes, the page **state word**,
+the **metadata** words, the **grant**, the **bump word**, the **scope
+state**, the **debug record**. Import-time asserts tie the derived
+constants together. Who writes each word, with which atomic, is in
+docs/correctness.md.
 """
 
 from numba.cuda.extending import register_jitable
+
+from .bits import floor_log2, lowest_bits, nth_set_bit, popc32  # noqa: F401 (re-exported)
+
+# ================================================================ geometry
 
 #: Returned by ``alloc`` when a request cannot be served.
 NULL = -1
 
 #: Every block offset and every block size is a multiple of this.
-ALIGN = 16
+ALIGN_SHIFT = 4
+ALIGN = 1 << ALIGN_SHIFT
 
 #: Bytes per page: the unit in which slabs and large blocks take the arena.
 PAGE_SHIFT = 14
 PAGE = 1 << PAGE_SHIFT
 
+#: Lanes per warp (a warp's number is the thread's number >> WARP_SHIFT).
+WARP_SHIFT = 5
+WARP_SIZE = 1 << WARP_SHIFT
+
 #: Bitmap bits used in each ``int64`` metadata word (the low 32 bits, so that
 #: every bitmap word stays non-negative and ``ffs``/``popc`` see 32-bit values).
-BITS_PER_WORD = 32
+WORD_SHIFT = 5
+BITS_PER_WORD = 1 << WORD_SHIFT
+#: Mask of the bits used in a bitmap word.
+WORD_MASK = (1 << BITS_PER_WORD) - 1
 #: Largest number of blocks in one slab (16-byte blocks).
 MAX_SLAB_BLOCKS = PAGE // ALIGN
 #: Bitmap words reserved per page, enough for the smallest class.
 BITMAP_WORDS = MAX_SLAB_BLOCKS // BITS_PER_WORD
-#: Mask of the bits used in a bitmap word.
-WORD_MASK = (1 << BITS_PER_WORD) - 1
 
-#: Size classes: 16..128 in steps of 16, then four steps per power of two up
-#: to MAX_SMALL. Requests above MAX_SMALL take whole pages.
-NCLASSES = 32
+# ------------------------------------------------------------ size classes
+# Classes 0..LINEAR_CLASSES-1 are 16, 32, ... LINEAR_MAX bytes (steps of
+# ALIGN); above LINEAR_MAX each power of two is split into 2**SUB_BITS
+# classes (at most 25 % rounding) up to MAX_SMALL. Larger requests take
+# whole pages.
+LINEAR_CLASSES = 8
+LINEAR_MAX = LINEAR_CLASSES * ALIGN
+LINEAR_SHIFT = 7  # log2(LINEAR_MAX)
+SUB_BITS = 2
+SUBCLASSES = 1 << SUB_BITS
 MAX_SMALL = 8192
+NCLASSES = LINEAR_CLASSES + (13 - LINEAR_SHIFT) * SUBCLASSES  # 13 = log2(MAX_SMALL)
 
-# ---------------------------------------------------------------- state word
-# bits  0..7   tag: FREE, 1 + class for a slab, HEAD or TAIL of a large block
-# bits  8..39  n:   live blocks of a slab; pages of a large block (head only)
+
+@register_jitable
+def size_class(nbytes):
+    """Return the size class serving ``nbytes`` (1 <= nbytes <= MAX_SMALL)."""
+    m = nbytes - 1
+    if m < LINEAR_MAX:
+        return m >> ALIGN_SHIFT
+    e = floor_log2(m)
+    sub = (m >> (e - SUB_BITS)) & (SUBCLASSES - 1)
+    return LINEAR_CLASSES + ((e - LINEAR_SHIFT) << SUB_BITS) + sub
+
+
+@register_jitable
+def class_size(c):
+    """Return the block size in bytes of size class ``c``."""
+    if c < LINEAR_CLASSES:
+        return (c + 1) << ALIGN_SHIFT
+    e = LINEAR_SHIFT + ((c - LINEAR_CLASSES) >> SUB_BITS)
+    sub = (c - LINEAR_CLASSES) & (SUBCLASSES - 1)
+    return (SUBCLASSES + 1 + sub) << (e - SUB_BITS)
+
+
+@register_jitable
+def class_blocks(c):
+    """Return the number of blocks in one slab of class ``c``."""
+    return PAGE // class_size(c)
+
+
+@register_jitable
+def class_words(c):
+    """Return the number of bitmap words a slab of class ``c`` uses."""
+    return (class_blocks(c) + BITS_PER_WORD - 1) >> WORD_SHIFT
+
+
+@register_jitable
+def word_valid_mask(c, w):
+    """Return the mask of bitmap bits of word ``w`` that name blocks of ``c``."""
+    left = class_blocks(c) - w * BITS_PER_WORD
+    if left >= BITS_PER_WORD:
+        return WORD_MASK
+    if left <= 0:
+        return 0
+    return (1 << left) - 1
+
+
+@register_jitable
+def pages_for(nbytes):
+    """Return the pages a large block of ``nbytes`` bytes takes."""
+    return (nbytes + PAGE - 1) >> PAGE_SHIFT
+
+
+@register_jitable
+def align_up(nbytes):
+    """Return ``nbytes`` rounded up to a multiple of ALIGN."""
+    return (nbytes + ALIGN - 1) & ~(ALIGN - 1)
+
+
+# ============================================================ state word
+# One int64 per page; the single source of truth for what the page is.
+# bits  0..7   tag: FREE, 1 + class for a slab, HEAD/TAIL of a large block,
+#              BUMP (head of a bump chunk), RETIRING (a slab being retired)
+# bits  8..39  n:   a slab's live and cursor (below); a head's page count
 # bits 40..62  count: successful allocations served from this page, modulo
-#              folding (see COUNT_FOLD); survives every change of tag.
-# Bit 63 is never set, so a state word is never negative.
+#              folding (COUNT_FOLD); survives every change of tag
+# bit  63      never set, so a state word is never negative
+# A slab splits n in two:
+# bits  8..23  live:   blocks handed out and not freed, plus reserved slots
+# bits 24..39  cursor: blocks handed out by bumping since the slab was taken
+# Blocks at or past the cursor have never been handed out; below it, the
+# slab's bitmap marks the blocks that were freed.
 TAG_BITS = 8
 TAG_MASK = (1 << TAG_BITS) - 1
 TAG_FREE = 0
 TAG_HEAD = 0x40
 TAG_TAIL = 0x41
-#: Head of a bump chunk (devalloc.bump); n = its pages. Not freeable.
+#: Head of a bump chunk (devalloc.device.bump); n = its pages. Not freeable.
 TAG_BUMP = 0x42
 #: A slab being retired: its last block was freed and the retiring thread is
 #: clearing its bitmap. No valid operation changes the page until it becomes
 #: FREE (a racing double free can: docs/correctness.md, "Known limits").
 TAG_RETIRING = 0x43
 
-N_SHIFT = 8
+N_SHIFT = TAG_BITS
 N_BITS = 32
 N_MASK = (1 << N_BITS) - 1
 N_ONE = 1 << N_SHIFT
-COUNT_SHIFT = 40
+LIVE_BITS = 16
+LIVE_MASK = (1 << LIVE_BITS) - 1
+CURSOR_SHIFT = N_SHIFT + LIVE_BITS
+CURSOR_ONE = 1 << CURSOR_SHIFT
+CURSOR_MASK = (1 << (N_BITS - LIVE_BITS)) - 1
+COUNT_SHIFT = N_SHIFT + N_BITS
+COUNT_BITS = 63 - COUNT_SHIFT
 COUNT_ONE = 1 << COUNT_SHIFT
-COUNT_MASK = ((1 << 23) - 1) << COUNT_SHIFT
+COUNT_MASK = ((1 << COUNT_BITS) - 1) << COUNT_SHIFT
 #: When a page's count field reaches this value, the allocating thread moves
-#: it into the global ALLOC_FOLD word; the field never overflows its 23 bits.
-COUNT_FOLD = 1 << 22
+#: it into the global ALLOC_FOLD word; the field never overflows its bits.
+COUNT_FOLD = 1 << (COUNT_BITS - 1)
 #: The state word's bit that is set exactly when its count is >= COUNT_FOLD.
 COUNT_FOLD_BIT = COUNT_FOLD << COUNT_SHIFT
+#: What one block handed out by bumping adds to a slab's state word.
+SLAB_BUMP_ONE = COUNT_ONE + CURSOR_ONE + N_ONE
+#: What one freed block taken again adds (live and count; the cursor stays).
+SLAB_REUSE_ONE = COUNT_ONE + N_ONE
 
-# A slab splits the n field in two (large heads use all 32 bits of n):
-# bits  8..23  live:   blocks handed out and not freed, plus reserved slots
-# bits 24..39  cursor: blocks handed out by bumping since the slab was taken
-# Blocks at or past the cursor have never been handed out; below it, the
-# slab's bitmap marks the blocks that were freed (see devalloc/device.py).
-LIVE_MASK = (1 << 16) - 1
-CURSOR_SHIFT = 24
-CURSOR_ONE = 1 << CURSOR_SHIFT
-CURSOR_MASK = (1 << 16) - 1
 
-# ------------------------------------------------------------ global words
+@register_jitable
+def pack_state(tag, n, count):
+    """Return the state word with fields ``tag``, ``n`` and ``count``."""
+    return (count << COUNT_SHIFT) | (n << N_SHIFT) | tag
+
+
+@register_jitable
+def state_tag(s):
+    """Return the tag field of state word ``s``."""
+    return s & TAG_MASK
+
+
+@register_jitable
+def state_n(s):
+    """Return the n field (a slab's live and cursor, or a head's pages) of ``s``."""
+    return (s >> N_SHIFT) & N_MASK
+
+
+@register_jitable
+def state_count(s):
+    """Return the allocation-count field of state word ``s``."""
+    return (s & COUNT_MASK) >> COUNT_SHIFT
+
+
+@register_jitable
+def state_keep_count(s):
+    """Return state word ``s`` with only its count kept: the page as FREE."""
+    return s & COUNT_MASK
+
+
+@register_jitable
+def slab_tag(c):
+    """Return the state tag of a slab of class ``c``."""
+    return 1 + c
+
+
+@register_jitable
+def is_slab_tag(t):
+    """Return True if tag ``t`` names a slab (of class ``t - 1``)."""
+    return t >= 1 and t <= NCLASSES
+
+
+@register_jitable
+def slab_class(t):
+    """Return the size class of a slab whose tag is ``t``."""
+    return t - 1
+
+
+@register_jitable
+def slab_live(s):
+    """Return the live field (blocks out plus reserved slots) of slab state ``s``."""
+    return (s >> N_SHIFT) & LIVE_MASK
+
+
+@register_jitable
+def slab_cursor(s):
+    """Return the cursor field (blocks ever bumped) of slab state ``s``."""
+    return (s >> CURSOR_SHIFT) & CURSOR_MASK
+
+
+# ============================================================ metadata
+# Offsets into the int64 metadata array:
+#   [0, HEADER_WORDS)                          global words, stripes, hints
+#   [STATE_BASE, STATE_BASE + npages)          one state word per page
+#   [bits_base(npages), + npages * BITMAP_WORDS)
+#                                              slab bitmaps, 32 bits per word
 #: Pages currently held by slabs and large blocks.
 H_PAGES_USED = 0
 #: High-water mark of H_PAGES_USED since the last reset.
@@ -142,63 +277,21 @@ MIN_CAPACITY = HEADER_BYTES + PAGE + META_BYTES_PER_PAGE
 
 
 @register_jitable
-def floor_log2(x):
-    """Return floor(log2(x)) for 1 <= x < 2**32 (branch-light, no loops)."""
-    r = 0
-    if x >= 65536:
-        x >>= 16
-        r += 16
-    if x >= 256:
-        x >>= 8
-        r += 8
-    if x >= 16:
-        x >>= 4
-        r += 4
-    if x >= 4:
-        x >>= 2
-        r += 2
-    if x >= 2:
-        r += 1
-    return r
-
-
-@register_jitable
-def size_class(nbytes):
-    """Return the size class serving ``nbytes`` (1 <= nbytes <= MAX_SMALL)."""
-    m = nbytes - 1
-    if m < 128:
-        return m >> 4
-    e = floor_log2(m)
-    sub = (m >> (e - 2)) & 3
-    return 8 + (e - 7) * 4 + sub
-
-
-@register_jitable
-def class_size(c):
-    """Return the block size in bytes of size class ``c``."""
-    if c < 8:
-        return (c + 1) << 4
-    e = 7 + ((c - 8) >> 2)
-    sub = (c - 8) & 3
-    return (5 + sub) << (e - 2)
-
-
-@register_jitable
-def class_blocks(c):
-    """Return the number of blocks in one slab of class ``c``."""
-    return PAGE // class_size(c)
-
-
-@register_jitable
-def pages_for(nbytes):
-    """Return the pages a large block of ``nbytes`` bytes takes."""
-    return (nbytes + PAGE - 1) >> PAGE_SHIFT
+def state_word(p):
+    """Return the metadata word of page ``p``'s state."""
+    return STATE_BASE + p
 
 
 @register_jitable
 def bits_base(npages):
     """Return the metadata word where the slab bitmaps start."""
     return STATE_BASE + npages
+
+
+@register_jitable
+def bitmap_word(npages, p, w):
+    """Return the metadata word of bitmap word ``w`` of page ``p``."""
+    return STATE_BASE + npages + p * BITMAP_WORDS + w
 
 
 @register_jitable
@@ -221,142 +314,10 @@ def capacity_for_pages(npages):
     return HEADER_BYTES + npages * (PAGE + META_BYTES_PER_PAGE)
 
 
-# ------------------------------------------------------------- bump word
-# bits  0..23  cursor: bytes handed out from the current chunk
-# bits 24..37  count: bump blocks served from it (a chunk holds <= 4096)
-# bits 38..62  page + 1 of the chunk's head (0: no chunk yet); bit 63 clear
-BUMP_CURSOR_MASK = (1 << 24) - 1
-BUMP_COUNT_SHIFT = 24
-BUMP_COUNT_MAX = (1 << 14) - 1
-BUMP_PAGE_SHIFT = 38
-#: Pages in a bump chunk (fewer in heaps of under 4 * BUMP_CHUNK_PAGES pages).
-BUMP_CHUNK_PAGES = 4
-
-
-@register_jitable
-def pack_bump(page, count, cursor):
-    """Return the bump word for chunk ``page`` (-1: none), ``count``, ``cursor``."""
-    return ((page + 1) << BUMP_PAGE_SHIFT) | (count << BUMP_COUNT_SHIFT) | cursor
-
-
-@register_jitable
-def bump_chunk_pages(npages):
-    """Return the pages of a bump chunk in a heap of ``npages`` pages."""
-    k = npages // 4
-    if k > BUMP_CHUNK_PAGES:
-        return BUMP_CHUNK_PAGES
-    if k < 1:
-        return 1
-    return k
-
-
-# ------------------------------------------------------------ scope state
-# A thread's scoped-scratch state (and every mark) is one int64:
-# bits  0..7   depth: open scopes
-# bits  8..27  cursor / 16: bytes used in the current chunk, header included
-# bits 28..62  offset / 16 + 1 of the current chunk (0: no chunk); bit 63 clear
-SCOPE_NONE = 0
-SCOPE_DEPTH_MAX = (1 << 8) - 1
-SCOPE_CURSOR_SHIFT = 8
-SCOPE_CURSOR_MASK = (1 << 20) - 1
-SCOPE_CHUNK_SHIFT = 28
-#: Bytes at the start of each scoped chunk: previous, next chunk + 1, size.
-SCOPE_HEADER = 32
-#: Smallest and largest scoped chunk (the cursor must fit in 20 x 16 bytes).
-SCOPE_MIN_CHUNK = 256
-SCOPE_MAX_CHUNK = (SCOPE_CURSOR_MASK + 1) * ALIGN - PAGE
-
-
-@register_jitable
-def pack_scope(chunk, cursor, depth):
-    """Return the scope state for chunk offset ``chunk`` (-1: none), ``cursor``, ``depth``."""
-    return (((chunk >> 4) + 1) << SCOPE_CHUNK_SHIFT) | ((cursor >> 4) << SCOPE_CURSOR_SHIFT) | depth
-
-
-@register_jitable
-def scope_chunk(s):
-    """Return the chunk offset of scope state ``s`` (-1: none)."""
-    c = s >> SCOPE_CHUNK_SHIFT
-    if c == 0:
-        return -1
-    return (c - 1) << 4
-
-
-@register_jitable
-def scope_cursor(s):
-    """Return the cursor (bytes) of scope state ``s``."""
-    return ((s >> SCOPE_CURSOR_SHIFT) & SCOPE_CURSOR_MASK) << 4
-
-
-@register_jitable
-def scope_depth(s):
-    """Return the depth of scope state ``s``."""
-    return s & SCOPE_DEPTH_MAX
-
-
-@register_jitable
-def pack_state(tag, n, count):
-    """Return the state word with fields ``tag``, ``n`` and ``count``."""
-    return (count << COUNT_SHIFT) | (n << N_SHIFT) | tag
-
-
-@register_jitable
-def state_tag(s):
-    """Return the tag field of state word ``s``."""
-    return s & TAG_MASK
-
-
-@register_jitable
-def state_n(s):
-    """Return the n field (live blocks or pages) of state word ``s``."""
-    return (s >> N_SHIFT) & N_MASK
-
-
-@register_jitable
-def state_count(s):
-    """Return the allocation-count field of state word ``s``."""
-    return (s & COUNT_MASK) >> COUNT_SHIFT
-
-
-@register_jitable
-def slab_tag(c):
-    """Return the state tag of a slab of class ``c``."""
-    return 1 + c
-
-
 @register_jitable
 def stripe_word(stripe, field):
     """Return the metadata word of counter ``field`` in ``stripe``."""
     return STRIPE_BASE + stripe * STRIPE_STRIDE + field
-
-
-@register_jitable
-def word_valid_mask(c, w):
-    """Return the mask of bitmap bits of word ``w`` that name blocks of ``c``."""
-    left = class_blocks(c) - w * BITS_PER_WORD
-    if left >= BITS_PER_WORD:
-        return WORD_MASK
-    if left <= 0:
-        return 0
-    return (1 << left) - 1
-
-
-@register_jitable
-def class_words(c):
-    """Return the number of bitmap words a slab of class ``c`` uses."""
-    return (class_blocks(c) + BITS_PER_WORD - 1) // BITS_PER_WORD
-
-
-@register_jitable
-def slab_live(s):
-    """Return the live field (blocks out plus reserved slots) of slab state ``s``."""
-    return (s >> N_SHIFT) & LIVE_MASK
-
-
-@register_jitable
-def slab_cursor(s):
-    """Return the cursor field (blocks ever bumped) of slab state ``s``."""
-    return (s >> CURSOR_SHIFT) & CURSOR_MASK
 
 
 @register_jitable
@@ -386,47 +347,18 @@ def slot_start(npages, slot):
     return slot * (npages // 32)
 
 
-@register_jitable
-def popc32(x):
-    """Return the number of set bits of ``x`` (0 <= x < 2**32)."""
-    x = x - ((x >> 1) & 0x55555555)
-    x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
-    x = (x + (x >> 4)) & 0x0F0F0F0F
-    return ((x * 0x01010101) & 0xFFFFFFFF) >> 24
-
-
-@register_jitable
-def nth_set_bit(m, k):
-    """Return the index of the ``k``-th (from 0) lowest set bit of ``m``.
-
-    ``m`` is a 32-bit mask with more than ``k`` bits set.
-    """
-    for _ in range(k):
-        m &= m - 1
-    return floor_log2(m & -m)
-
-
-@register_jitable
-def lowest_bits(m, k):
-    """Return the ``k`` lowest set bits of ``m`` (all of them if fewer)."""
-    out = 0
-    for _ in range(k):
-        if m == 0:
-            break
-        low = m & -m
-        out |= low
-        m ^= low
-    return out
-
-
-# ------------------------------------------------------------- grants
-# What a warp's leader won for its group in one round (devalloc/device.py),
-# broadcast to the group as one int64:
-# bits  0..31  bump: first block | count << 16;  reuse: mask of blocks in word w
+# ================================================================ grant
+# What a warp's leader won for its group in one round, broadcast as one int64:
+# bits  0..15  bump: first block          reuse: bits 0..31 are the mask of
+# bits 16..31  bump: count                       blocks won in word w
 # bits 32..36  reuse: the bitmap word w
 # bit  37      set for a reuse grant
-# bits 38..62  page + 1 (0: nothing was won)
+# bits 38..62  page + 1 (0: nothing was won); bit 63 clear
+GRANT_FIRST_MASK = (1 << 16) - 1
+GRANT_COUNT_SHIFT = 16
+GRANT_COUNT_MASK = (1 << 16) - 1
 GRANT_WORD_SHIFT = 32
+GRANT_WORD_MASK = (1 << 5) - 1
 GRANT_REUSE = 1 << 37
 GRANT_PAGE_SHIFT = 38
 
@@ -434,7 +366,7 @@ GRANT_PAGE_SHIFT = 38
 @register_jitable
 def bump_grant(page, first, count):
     """Return the grant of blocks ``first``..``first + count - 1`` of ``page``."""
-    return ((page + 1) << GRANT_PAGE_SHIFT) | (count << 16) | first
+    return ((page + 1) << GRANT_PAGE_SHIFT) | (count << GRANT_COUNT_SHIFT) | first
 
 
 @register_jitable
@@ -454,13 +386,166 @@ def grant_count(g):
     """Return how many blocks grant ``g`` holds."""
     if g & GRANT_REUSE:
         return popc32(g & WORD_MASK)
-    return (g >> 16) & 0xFFFF
+    return (g >> GRANT_COUNT_SHIFT) & GRANT_COUNT_MASK
 
 
 @register_jitable
 def grant_block(g, k):
     """Return the slab block index of the ``k``-th block of grant ``g``."""
     if g & GRANT_REUSE:
-        w = (g >> GRANT_WORD_SHIFT) & 31
+        w = (g >> GRANT_WORD_SHIFT) & GRANT_WORD_MASK
         return w * BITS_PER_WORD + nth_set_bit(g & WORD_MASK, k)
-    return (g & 0xFFFF) + k
+    return (g & GRANT_FIRST_MASK) + k
+
+
+# ============================================================ bump word
+# H_BUMP, the current bump chunk:
+# bits  0..23  cursor: bytes handed out from the current chunk
+# bits 24..37  count: bump blocks served from it (a chunk holds <= 4096)
+# bits 38..62  page + 1 of the chunk's head (0: no chunk yet); bit 63 clear
+BUMP_CURSOR_MASK = (1 << 24) - 1
+BUMP_COUNT_SHIFT = 24
+BUMP_COUNT_MAX = (1 << 14) - 1
+BUMP_PAGE_SHIFT = 38
+#: Pages in a bump chunk (fewer in heaps of under 4 * BUMP_CHUNK_PAGES pages).
+BUMP_CHUNK_PAGES = 4
+
+
+@register_jitable
+def pack_bump(page, count, cursor):
+    """Return the bump word for chunk ``page`` (-1: none), ``count``, ``cursor``."""
+    return ((page + 1) << BUMP_PAGE_SHIFT) | (count << BUMP_COUNT_SHIFT) | cursor
+
+
+@register_jitable
+def bump_page(w):
+    """Return the head page of bump word ``w``'s chunk (-1: none)."""
+    return (w >> BUMP_PAGE_SHIFT) - 1
+
+
+@register_jitable
+def bump_count(w):
+    """Return the blocks served from bump word ``w``'s chunk."""
+    return (w >> BUMP_COUNT_SHIFT) & BUMP_COUNT_MAX
+
+
+@register_jitable
+def bump_cursor(w):
+    """Return the bytes handed out from bump word ``w``'s chunk."""
+    return w & BUMP_CURSOR_MASK
+
+
+@register_jitable
+def bump_chunk_pages(npages):
+    """Return the pages of a bump chunk in a heap of ``npages`` pages."""
+    k = npages // 4
+    if k > BUMP_CHUNK_PAGES:
+        return BUMP_CHUNK_PAGES
+    if k < 1:
+        return 1
+    return k
+
+
+# ============================================================ scope state
+# A thread's scoped-scratch state (and every mark) is one int64:
+# bits  0..7   depth: open scopes
+# bits  8..27  cursor / ALIGN: bytes used in the current chunk, header included
+# bits 28..62  offset / ALIGN + 1 of the current chunk (0: no chunk); bit 63 clear
+SCOPE_NONE = 0
+SCOPE_DEPTH_MAX = (1 << 8) - 1
+SCOPE_CURSOR_SHIFT = 8
+SCOPE_CURSOR_MASK = (1 << 20) - 1
+SCOPE_CHUNK_SHIFT = 28
+#: Bytes at the start of each scoped chunk: the chunk header below.
+SCOPE_HEADER = 32
+#: Chunk header fields (byte offsets, little-endian int64 each): previous and
+#: next chunk's offset + 1 (0: none), the chunk's size in bytes.
+CHUNK_PREV = 0
+CHUNK_NEXT = 8
+CHUNK_SIZE = 16
+#: Smallest and largest scoped chunk (the cursor must fit in 20 x 16 bytes).
+SCOPE_MIN_CHUNK = 256
+SCOPE_MAX_CHUNK = (SCOPE_CURSOR_MASK + 1) * ALIGN - PAGE
+
+
+@register_jitable
+def pack_scope(chunk, cursor, depth):
+    """Return the scope state for chunk offset ``chunk`` (-1: none), ``cursor``, ``depth``."""
+    return ((((chunk >> ALIGN_SHIFT) + 1) << SCOPE_CHUNK_SHIFT)
+            | ((cursor >> ALIGN_SHIFT) << SCOPE_CURSOR_SHIFT) | depth)
+
+
+@register_jitable
+def scope_chunk(s):
+    """Return the chunk offset of scope state ``s`` (-1: none)."""
+    c = s >> SCOPE_CHUNK_SHIFT
+    if c == 0:
+        return -1
+    return (c - 1) << ALIGN_SHIFT
+
+
+@register_jitable
+def scope_cursor(s):
+    """Return the cursor (bytes) of scope state ``s``."""
+    return ((s >> SCOPE_CURSOR_SHIFT) & SCOPE_CURSOR_MASK) << ALIGN_SHIFT
+
+
+@register_jitable
+def scope_advance(s, nbytes):
+    """Return scope state ``s`` with its cursor moved on by ``nbytes`` (aligned)."""
+    return s + ((nbytes >> ALIGN_SHIFT) << SCOPE_CURSOR_SHIFT)
+
+
+@register_jitable
+def scope_depth(s):
+    """Return the depth of scope state ``s``."""
+    return s & SCOPE_DEPTH_MAX
+
+
+# ============================================================ debug record
+# A debug heap's ``debug`` array (int64 words):
+#   [0]                      records written (and attempted beyond the room)
+#   [RECORD_BASE + i * RECORD_WORDS + field]   record i, fields below
+# A debug block of n requested bytes is a normal block of at least
+# debug_inner_size(n) bytes: [0, n) the user's, [n, n + GUARD) guard bytes,
+# [size - 8, size) n as a little-endian int64 (size: the block's real size).
+GUARD = 8
+GUARD_BYTE = 0xFD
+POISON_BYTE = 0xDB
+RECORDS = 64
+RECORD_BASE = 8
+RECORD_WORDS = 4
+R_KIND = 0
+R_OFFSET = 1
+R_BLOCK = 2    # linear block index in the grid
+R_THREAD = 3   # linear thread index in the block
+DEBUG_WORDS = RECORD_BASE + RECORDS * RECORD_WORDS
+KIND_INVALID_FREE = 1
+KIND_GUARD = 2
+KIND_SCOPED_REUSE = 3
+
+
+@register_jitable
+def record_word(i, field):
+    """Return the debug word of ``field`` in record ``i``."""
+    return RECORD_BASE + i * RECORD_WORDS + field
+
+
+@register_jitable
+def debug_inner_size(n):
+    """Return the bytes a debug block of ``n`` requested bytes takes (n > 0)."""
+    return ((n + 7) // 8) * 8 + GUARD + 8
+
+
+# ============================================================ ties
+assert class_size(NCLASSES - 1) == MAX_SMALL and size_class(MAX_SMALL) == NCLASSES - 1
+assert class_size(LINEAR_CLASSES - 1) == LINEAR_MAX == 1 << LINEAR_SHIFT
+assert BITS_PER_WORD == WARP_SIZE == 32  # ffs/popc/match masks are 32-bit
+assert BITMAP_WORDS - 1 <= GRANT_WORD_MASK  # a reuse grant names any word
+assert MAX_SLAB_BLOCKS <= min(LIVE_MASK, CURSOR_MASK, GRANT_FIRST_MASK, GRANT_COUNT_MASK)
+assert COUNT_SHIFT + COUNT_BITS == 63  # the state word is never negative
+assert (MAX_PAGES + 1) < 1 << (63 - max(GRANT_PAGE_SHIFT, BUMP_PAGE_SHIFT))
+assert BUMP_CHUNK_PAGES * PAGE <= BUMP_CURSOR_MASK
+assert SCOPE_MAX_CHUNK + PAGE == (SCOPE_CURSOR_MASK + 1) << ALIGN_SHIFT
+assert CHUNK_SIZE + 8 <= SCOPE_HEADER
+assert DEBUG_WORDS == record_word(RECORDS, R_KIND)

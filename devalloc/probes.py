@@ -175,7 +175,7 @@ def check_traps():
 
 
 def _merge_mask_zero_extended():
-    from . import warp
+    from .device import warp
 
     def k_merge(ctx, n, out):
         i = cuda.grid(1)

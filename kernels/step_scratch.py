@@ -17,7 +17,7 @@ bit-identical paths:
   written today.
 
 On the simulator :func:`run` also counts the atomics each heap version
-issued per allocation (``devalloc._simshim.count_atomics``).
+issued per allocation (``devalloc.sim.atomics.count_atomics``).
 """
 
 import numpy as np
@@ -113,7 +113,7 @@ def _heap_run(kernel, threads, seeds, grid, block, capacity, allocations):
     failed = cuda.to_device(np.zeros(threads, np.int32))
     atomics = None
     if config.ENABLE_CUDASIM:
-        from devalloc._simshim import count_atomics
+        from devalloc.sim.atomics import count_atomics
 
         with count_atomics() as counts:
             kernel[grid, block](heap.ctx, states, out, failed)

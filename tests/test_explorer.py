@@ -9,14 +9,16 @@ with ``-s`` (or ``-rP``) to see what was covered and the failing schedules of
 the broken variants.
 """
 
+import ast
 import functools
+import inspect
 import types
 
 import numpy as np
 import pytest
 
 import devalloc
-from devalloc import device, device_large, device_slab
+from devalloc.device import core, slab
 from devalloc import layout as L
 from devalloc.testing import broken, explorer, scenarios
 from devalloc.testing.invariants import (
@@ -201,20 +203,17 @@ def test_pct_seed_list_catches_a_race_round_robin_misses():
 
 
 def test_device_modules_are_restored_after_exploring():
-    before_d = dict(device.__dict__)
-    before_s = dict(device_slab.__dict__)
-    before_l = dict(device_large.__dict__)
+    before = [dict(m.__dict__) for m in explorer.device_modules()]
     r = explorer.explore(scenarios.by_name("slab_same_word"), 50,
                          overrides=variant("take_check_then_clear"))
     assert r.executions >= 1
-    assert device.__dict__ == before_d and device_large.__dict__ == before_l
-    assert device_slab.__dict__ == before_s
-    assert isinstance(device.cuda, types.ModuleType)
-    assert hasattr(device_slab._take_bits, "py_func")
+    assert [dict(m.__dict__) for m in explorer.device_modules()] == before
+    assert isinstance(core.cuda, types.ModuleType)
+    assert hasattr(slab._take_bits, "py_func")
     with pytest.raises(KeyError):
         with explorer.installed({"_no_such_function": broken.take_bits_check_then_clear}):
             pass
-    assert device.__dict__ == before_d
+    assert [dict(m.__dict__) for m in explorer.device_modules()] == before
 
 
 # ---------------------------------------------------------- building blocks
@@ -349,3 +348,54 @@ def test_scenarios_refuse_meaningless_programs():
                 (("alloc", 16), ("alloc", 32), ("free_group", (0, 1)))]:
         with pytest.raises(ValueError):
             explorer.Scenario("bad", 1, (t(0, 0, ops),))
+
+
+# ------------------------------------------------- what the explorer swaps
+
+def _escaping_imports(tree):
+    """Return the imports of a module that would escape the explorer's swap.
+
+    The explorer replaces the module globals named ``cuda`` and ``warp``.
+    ``from numba import cuda`` and ``from . import warp`` bind exactly those;
+    an alias, ``from numba.cuda import ...``, ``import numba.cuda`` or
+    ``from .warp import group`` would bind the real ones under other names.
+    """
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.startswith("numba.cuda")]
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            names = {a.name: a.asname for a in node.names}
+            if mod.startswith("numba.cuda") or mod.endswith("warp"):
+                bad.append(f"from {'.' * node.level}{mod} import {', '.join(names)}")
+            for name, alias in names.items():
+                if name in ("cuda", "warp") and alias not in (None, name):
+                    bad.append(f"{name} as {alias}")
+    return bad
+
+
+def test_no_device_module_escapes_the_explorers_substitution():
+    import pkgutil
+
+    import devalloc.device as pkg
+
+    listed = {m.__name__.rsplit(".", 1)[1] for m in explorer.device_modules()}
+    assert listed == {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+    for mod in explorer.device_modules():
+        tree = ast.parse(inspect.getsource(mod))
+        bad = _escaping_imports(tree)
+        if mod.__name__.endswith(".warp"):
+            # The one module that is swapped whole: on the simulator it takes
+            # its functions from devalloc.sim.warp.
+            bad = [b for b in bad if b != "from ..sim.warp import group, join_alone, "
+                   "merge_bits, share, simulate, solo_key, sync"]
+        assert bad == [], (mod.__name__, bad)
+
+
+def test_the_escape_check_bites():
+    for src in ("from numba.cuda import atomic", "import numba.cuda",
+                "from numba import cuda as c", "from .warp import group",
+                "from ..device.warp import share", "from . import warp as w"):
+        assert _escaping_imports(ast.parse(src)), src
+    assert _escaping_imports(ast.parse("from numba import cuda\nfrom . import warp")) == []

@@ -743,7 +743,7 @@ def k_views_numba_types(ctx, off, shapes):
 
 
 def test_view_accepts_numba_scalar_types():
-    # devalloc.view's typing (_intrinsics.element_type) takes np.float32 or
+    # devalloc.view's typing (devalloc.device.intrinsics.element_type) takes np.float32 or
     # numba.int64 alike; the simulator's stand-in must accept the same kernels.
     heap = devalloc.Heap(1 << 20)
     off = int(alloc_write(heap, [64])[0])

@@ -109,9 +109,9 @@ def k_mixed_atomics(a, iters):
 
 def test_simulator_atomic_shim_is_installed():
     devalloc.Heap  # first use of a public name installs it
-    from devalloc import _simshim
+    from devalloc import sim
 
-    assert _simshim.installed() is True
+    assert sim.installed() is True
 
 
 
@@ -121,7 +121,7 @@ def k_cas_expecting(a, expected):
 
 
 def test_count_atomics_tells_lost_cas_from_won_ones():
-    from devalloc._simshim import count_atomics
+    from devalloc.sim.atomics import count_atomics
 
     a = np.zeros(1, np.int64)
     with count_atomics() as n:

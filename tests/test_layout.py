@@ -143,7 +143,7 @@ def test_grants_round_trip():
     assert (L.grant_page(r), L.grant_count(r)) == (5, 3)
     assert [L.grant_block(r, k) for k in range(3)] == [31 * 32, 31 * 32 + 8, 31 * 32 + 31]
     assert L.grant_page(0) == -1  # nothing won
-    assert min(g, r) > 1  # never mistaken for devalloc.device's NO/BUSY
+    assert min(g, r) > 1  # never mistaken for devalloc.device.slab's NO/BUSY
     assert 0 < max(g, r) < 1 << 63
 
 
@@ -158,6 +158,6 @@ def test_hint_slots_grow_with_the_heap_and_start_apart():
 
 
 def test_every_metadata_index_fits_32_bits():
-    # devalloc.device_large._at zero-extends metadata indices from 32 bits on
+    # devalloc.device._meta._at zero-extends metadata indices from 32 bits on
     # the GPU (so numba drops its negative-index code): they must fit.
     assert L.meta_words(L.MAX_PAGES) < 2**31

@@ -322,7 +322,7 @@ def steps_in_scopes(ctx, steps, nbytes, out):
 
 
 def test_inner_scopes_reuse_the_chunk_without_atomics():
-    from devalloc._simshim import count_atomics
+    from devalloc.sim.atomics import count_atomics
 
     heap = devalloc.Heap(L.capacity_for_pages(4))
     out = cuda.device_array(11, np.int64)
@@ -367,8 +367,8 @@ def bump_same_size(ctx, n, out):
 def test_a_converged_warp_bumping_one_size_costs_one_atomic():
     # The simulator's "warp" mode makes the 32 lanes of a warp rendezvous, so
     # aggregation happens as on a GPU (one block at a time: no contention).
-    from devalloc import warp
-    from devalloc._simshim import count_atomics
+    from devalloc.sim import warp
+    from devalloc.sim.atomics import count_atomics
 
     heap = devalloc.Heap(L.capacity_for_pages(16))
     out = cuda.device_array(96, np.int64)
@@ -386,7 +386,7 @@ def test_a_converged_warp_bumping_one_size_costs_one_atomic():
 
 
 def test_bump_in_single_lane_mode_costs_one_cas_per_lane():
-    from devalloc._simshim import count_atomics
+    from devalloc.sim.atomics import count_atomics
 
     heap = devalloc.Heap(L.capacity_for_pages(16))
     out = cuda.device_array(32, np.int64)

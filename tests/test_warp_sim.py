@@ -1,6 +1,6 @@
 """Warp-aggregated ``alloc`` and ``free`` with groups larger than one.
 
-The simulator's "warp" mode (``devalloc.warp.simulate("warp")``) makes the
+The simulator's "warp" mode (``devalloc.sim.warp.simulate("warp")``) makes the
 32 lanes of each warp rendezvous at ``warp.group``, so lanes asking for the
 same class (or freeing blocks of the same bitmap word) form real groups, as
 on a GPU. Every kernel here is convergent: all lanes of a warp reach
@@ -14,8 +14,8 @@ from numba import config, cuda
 
 import devalloc
 from devalloc import layout as L
-from devalloc import warp
-from devalloc._simshim import count_atomics
+from devalloc.sim import warp
+from devalloc.sim.atomics import count_atomics
 from patterns import linear_id, pattern_ok, write_pattern
 
 pytestmark = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="simulator warp modes")
@@ -210,7 +210,7 @@ def test_warps_of_a_large_heap_spread_over_the_hint_slots():
     # threads) allocating 16 B start in the slab of the slot their hashed
     # warp number picks, so they fill several slabs side by side instead of
     # all hitting one state word; in a small heap they share one slab.
-    from devalloc.device_slab import _scatter
+    from devalloc.device.slab import _scatter
 
     slots = {_scatter.py_func(w, 8) for w in range(8)}
     assert len(slots) >= 4  # the hash spreads neighbouring warps

@@ -13,19 +13,9 @@ imports below only make the source readable and checkable.
 from numba import cuda, int64
 
 from .. import layout as L
-from .. import warp
-from ..device_slab import _find, _release_slots
-from ..device_large import _pages_changed
-from ..layout import (
-    bits_base,
-    bump_grant,
-    class_size,
-    grant_block,
-    grant_count,
-    grant_page,
-    popc32,
-    slab_tag,
-)
+from ..device import warp
+from ..device._meta import _pages_changed
+from ..device.slab import _find, _release_slots
 
 
 def take_bits_check_then_clear(meta, widx, pick):
@@ -46,12 +36,12 @@ def free_small_release_first(meta, npages, p, s, rel):
     bit for the slot it reserved, and the slab may retire with the bit unset.
     """
     c = (s & L.TAG_MASK) - 1
-    size = class_size(c)
+    size = L.class_size(c)
     b = rel // size
     if rel - b * size != 0 or b >= L.slab_cursor(s):
         warp.join_alone()
         return 0
-    widx = bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
+    widx = L.bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
     bit = int64(1) << (b % L.BITS_PER_WORD)
     warp.group(widx)
     _release_slots(meta, npages, p, 1, False)  # BUG: the slot goes back first
@@ -68,7 +58,7 @@ def retire_plain_store(meta, npages, p, s):
     idx = L.STATE_BASE + p
     _pages_changed(meta, -1)
     meta[idx] = (s & L.COUNT_MASK) | L.TAG_RETIRING  # BUG: plain store, no cas
-    base = bits_base(npages) + p * L.BITMAP_WORDS
+    base = L.bits_base(npages) + p * L.BITMAP_WORDS
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) // L.BITS_PER_WORD):
         meta[base + w] = 0
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
@@ -96,7 +86,7 @@ def reserve_plain_update(meta, npages, p, c, want):
     write their increment: both get the same block.
     """
     idx = L.STATE_BASE + p
-    tag = slab_tag(c)
+    tag = L.slab_tag(c)
     cap = L.class_blocks(c)
     s = meta[idx]
     t = s & L.TAG_MASK
@@ -113,7 +103,7 @@ def reserve_plain_update(meta, npages, p, c, want):
     meta[idx] = new  # BUG: plain read-modify-write
     if t == L.TAG_FREE:
         _pages_changed(meta, 1)
-    return bump_grant(p, first, got)
+    return L.bump_grant(p, first, got)
 
 
 def alloc_small_overserve(meta, npages, c, mask, leader, rank, lanes):
@@ -131,10 +121,10 @@ def alloc_small_overserve(meta, npages, c, mask, leader, rank, lanes):
         g = warp.share(mask, leader, g)
         if g == 0:
             break
-        got = grant_count(g)
+        got = L.grant_count(g)
         k = rank - served
         if k >= 0 and k <= got:  # BUG: <=, one lane too many
-            off = (grant_page(g) << L.PAGE_SHIFT) + grant_block(g, k) * class_size(c)
+            off = (L.grant_page(g) << L.PAGE_SHIFT) + L.grant_block(g, k) * L.class_size(c)
         served += got
         if served >= lanes:
             break
@@ -149,12 +139,12 @@ def free_small_leader_bit_only(meta, npages, p, s, rel):
     reuser that reserves their slots finds no bit to take.
     """
     c = (s & L.TAG_MASK) - 1
-    size = class_size(c)
+    size = L.class_size(c)
     b = rel // size
     widx = warp.solo_key()
     bit = int64(0)
     if rel - b * size == 0 and b < L.slab_cursor(s):
-        widx = bits_base(npages) + p * L.BITMAP_WORDS + (b >> 5)
+        widx = L.bits_base(npages) + p * L.BITMAP_WORDS + (b >> 5)
         bit = int64(1) << (b & (L.BITS_PER_WORD - 1))
     mask, leader, rank, lanes = warp.group(widx)
     if bit == 0:
@@ -163,7 +153,7 @@ def free_small_leader_bit_only(meta, npages, p, s, rel):
     old = int64(0)
     if rank == 0:
         old = cuda.atomic.or_(meta, widx, bit)  # BUG: bit, not the group's bits
-        freed = popc32(bits & ~old)
+        freed = L.popc32(bits & ~old)
         if freed:
             _release_slots(meta, npages, p, freed, False)
     old = warp.share(mask, leader, old)

@@ -3,9 +3,8 @@
 What runs
 ---------
 The very functions that compile for the GPU: the ``py_func`` of every
-``@cuda.jit(device=True)`` dispatcher in :mod:`devalloc.device`,
-:mod:`devalloc.device_slab` and :mod:`devalloc.device_large`
-(:func:`device_modules`). While a run is in progress (:func:`installed`)
+``@cuda.jit(device=True)`` dispatcher in every module of the
+:mod:`devalloc.device` package (:func:`device_modules`). While a run is in progress (:func:`installed`)
 those modules' globals are changed, and restored afterwards:
 
 * ``cuda`` becomes a :class:`FakeCuda`: ``cuda.atomic.*`` are scheduling
@@ -355,10 +354,14 @@ def rebind(fn, module):
 
 
 def device_modules():
-    """Return the modules whose device functions the explorer runs."""
-    from .. import device, device_large, device_slab
+    """Return the modules whose device functions the explorer runs: all of
+    :mod:`devalloc.device` (``devalloc.device.MODULES`` lists them)."""
+    import importlib
 
-    return (device, device_slab, device_large)
+    from .. import device
+
+    return tuple(importlib.import_module(f"{device.__name__}.{name}")
+                 for name in device.MODULES)
 
 
 @contextlib.contextmanager
@@ -387,7 +390,7 @@ def installed(overrides=None):
                     home[name] = rebind(overrides[name], mod)
         for mod in device_modules():
             g = mod.__dict__
-            if not isinstance(g.get("cuda"), types.ModuleType):
+            if "cuda" in g and not isinstance(g["cuda"], types.ModuleType):
                 raise RuntimeError(
                     f"{mod.__name__}.cuda is {g.get('cuda')!r}, not the numba.cuda "
                     "module: is a simulated kernel running?")
@@ -425,13 +428,13 @@ class Machine:
     """
 
     def __init__(self, scenario):
-        from .. import device
-        from ..host import Ctx
+        from ..ctx import Ctx
+        from ..device import core
 
         self.scenario = scenario
         self.npages = scenario.npages
-        self.alloc = device.alloc  # the py_funcs, once installed
-        self.free = device.free
+        self.alloc = core.alloc  # the py_funcs, once installed
+        self.free = core.free
         if _is_dispatcher(self.alloc):
             raise RuntimeError("Machine must be created inside explorer.installed()")
         self._Ctx = Ctx

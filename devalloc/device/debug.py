@@ -1,54 +1,31 @@
-"""Device side of debug mode: guard bytes, poison, and a record of misuse.
+"""Debug heaps' ``alloc`` and ``free``: guard bytes, poison, a record of misuse.
 
 Used only for heaps made with ``Heap(capacity, debug=True)``, whose ``ctx``
-is a :class:`DebugCtx` (a third array, ``debug``). The public ``alloc`` and
-``free`` pick these functions at compile time from the ctx's type
-(:mod:`devalloc.api`), so a normal heap's compiled code has no debug branch.
-
-A debug block of ``n`` requested bytes is a normal block of at least
-``n + GUARD + 8`` bytes laid out as::
-
-    [0, n)            the user's bytes
-    [n, n + GUARD)    guard bytes, GUARD_BYTE each, checked at free and by check()
-    ...               unused
-    [size - 8, size)  n, as a little-endian int64 (size = the block's real size)
-
-``debug`` words: [0] records written (and attempted beyond the room),
-then RECORDS records of 4 words from RECORD_BASE: kind, offset, linear block
-index, linear thread index within the block. Records are appended with one
-``add`` on ``debug[0]``; only the first RECORDS are kept.
+is a :class:`~devalloc.ctx.DebugCtx` (a third array, ``debug``). The public
+``alloc`` and ``free`` pick these functions at compile time from the ctx's
+type (:mod:`devalloc.device.api`), so a normal heap's compiled code has no
+debug branch. The block layout (user bytes, guard, requested size) and the
+record words are in layout.py, "debug record". Records are appended with
+one ``add`` on ``debug[0]``; only the first RECORDS are kept.
 """
 
 from numba import cuda, int64
 
-from . import device
-from . import layout as L
-
-GUARD = 8
-GUARD_BYTE = 0xFD
-POISON_BYTE = 0xDB
-RECORDS = 64
-RECORD_BASE = 8
-RECORD_WORDS = 4
-DEBUG_WORDS = RECORD_BASE + RECORDS * RECORD_WORDS
-
-KIND_INVALID_FREE = 1
-KIND_GUARD = 2
-KIND_SCOPED_REUSE = 3
-
+from .. import layout as L
+from . import core
 
 @cuda.jit(device=True)
 def _record(debug, kind, off):
     # debug[0]: add, the only contended word; racing recorders get distinct slots.
     i = cuda.atomic.add(debug, 0, 1)
-    if i < RECORDS:
-        base = RECORD_BASE + i * RECORD_WORDS
-        debug[base + 1] = off
-        debug[base + 2] = cuda.blockIdx.x + cuda.gridDim.x * (
+    if i < L.RECORDS:
+        base = L.record_word(i, 0)
+        debug[base + L.R_OFFSET] = off
+        debug[base + L.R_BLOCK] = cuda.blockIdx.x + cuda.gridDim.x * (
             cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
-        debug[base + 3] = cuda.threadIdx.x + cuda.blockDim.x * (
+        debug[base + L.R_THREAD] = cuda.threadIdx.x + cuda.blockDim.x * (
             cuda.threadIdx.y + cuda.blockDim.y * cuda.threadIdx.z)
-        debug[base] = kind
+        debug[base + L.R_KIND] = kind
 
 
 @cuda.jit(device=True)
@@ -61,41 +38,41 @@ def _block_size(meta, npages, off):
         return 0
     p = off >> L.PAGE_SHIFT
     rel = off - (p << L.PAGE_SHIFT)
-    s = meta[L.STATE_BASE + p]
-    t = s & L.TAG_MASK
+    s = meta[L.state_word(p)]
+    t = L.state_tag(s)
     if t == L.TAG_HEAD:
         if rel != 0:
             return 0
-        return ((s >> L.N_SHIFT) & L.N_MASK) << L.PAGE_SHIFT
-    if t < 1 or t > L.NCLASSES:
+        return L.state_n(s) << L.PAGE_SHIFT
+    if not L.is_slab_tag(t):
         return 0
-    size = L.class_size(t - 1)
+    size = L.class_size(L.slab_class(t))
     b = rel // size
-    if rel % size != 0 or b >= L.class_blocks(t - 1):
+    if rel % size != 0 or b >= L.class_blocks(L.slab_class(t)):
         return 0
     if b >= L.slab_cursor(s):
         return 0  # never handed out
-    word = meta[L.bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD]
-    if (word >> (b % L.BITS_PER_WORD)) & 1:
+    word = meta[L.bitmap_word(npages, p, b >> L.WORD_SHIFT)]
+    if (word >> (b & (L.BITS_PER_WORD - 1))) & 1:
         return 0  # freed
     return size
 
 
 @cuda.jit(device=True)
 def alloc(ctx, nbytes):
-    """Debug ``alloc``: as :func:`devalloc.device.alloc`, plus guard bytes.
+    """Debug ``alloc``: as :func:`devalloc.device.core.alloc`, plus guard bytes.
 
     Costs the normal atomics plus GUARD + 8 plain byte stores.
     """
     n = int64(nbytes)
     inner = n
     if n > 0:
-        inner = ((n + 7) // 8) * 8 + GUARD + 8
-    off = device.alloc(ctx, inner)
+        inner = L.debug_inner_size(n)
+    off = core.alloc(ctx, inner)
     if off != L.NULL:
         arena = ctx.arena
-        for j in range(GUARD):
-            arena[off + n + j] = GUARD_BYTE
+        for j in range(L.GUARD):
+            arena[off + n + j] = L.GUARD_BYTE
         npages = arena.shape[0] >> L.PAGE_SHIFT
         end = off + _block_size(ctx.meta, npages, off) - 8
         for j in range(8):
@@ -112,30 +89,30 @@ def free(ctx, off):
     """
     o = int64(off)
     if o == L.NULL:
-        device.free(ctx, o)  # nothing to free, but the lane joins its group
+        core.free(ctx, o)  # nothing to free, but the lane joins its group
         return
     arena = ctx.arena
     npages = arena.shape[0] >> L.PAGE_SHIFT
     cuda.threadfence()
     size = _block_size(ctx.meta, npages, o)
     if size == 0:
-        _record(ctx.debug, KIND_INVALID_FREE, o)
+        _record(ctx.debug, L.KIND_INVALID_FREE, o)
     else:
         n = int64(0)
         for j in range(8):
             n |= int64(arena[o + size - 8 + j]) << (8 * j)
         bad = False
-        if n < 0 or n + GUARD > size - 8:
+        if n < 0 or n + L.GUARD > size - 8:
             bad = True
         else:
-            for j in range(GUARD):
-                if arena[o + n + j] != GUARD_BYTE:
+            for j in range(L.GUARD):
+                if arena[o + n + j] != L.GUARD_BYTE:
                     bad = True
         if bad:
-            _record(ctx.debug, KIND_GUARD, o)
+            _record(ctx.debug, L.KIND_GUARD, o)
         for j in range(size):
-            arena[o + j] = POISON_BYTE
-    device.free(ctx, o)
+            arena[o + j] = L.POISON_BYTE
+    core.free(ctx, o)
 
 
 @cuda.jit(device=True)
@@ -143,7 +120,7 @@ def scratch_poison(ctx, off, n):
     """Fill ``n`` scoped-scratch bytes at ``off`` with POISON_BYTE (released)."""
     arena = ctx.arena
     for j in range(n):
-        arena[off + j] = POISON_BYTE
+        arena[off + j] = L.POISON_BYTE
 
 
 @cuda.jit(device=True)
@@ -156,6 +133,6 @@ def scratch_check(ctx, off, n):
     """
     arena = ctx.arena
     for j in range(n):
-        if arena[off + j] != POISON_BYTE:
-            _record(ctx.debug, KIND_SCOPED_REUSE, off)
+        if arena[off + j] != L.POISON_BYTE:
+            _record(ctx.debug, L.KIND_SCOPED_REUSE, off)
             return

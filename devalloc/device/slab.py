@@ -1,36 +1,21 @@
-"""Device side, slab level: blocks of up to MAX_SMALL bytes in 16 KiB slabs.
-
-Part of :mod:`devalloc.device` (whose docstring describes every shared
-metadata word, the slab invariant, warp aggregation and the memory-ordering
-argument); split out to keep each module readable. Callers: only
-:func:`devalloc.device.alloc` and :func:`devalloc.device.free` (and the
-interleaving explorer, which runs these functions' ``py_func``).
+"""Slabs: blocks of up to MAX_SMALL bytes in 16 KiB pages of one size class.
 
 A slab's state word holds *live* (blocks out plus reserved slots) and
-*cursor* (blocks handed out by bumping since the page became a slab). Its
-bitmap marks the bumped blocks that were freed.
+*cursor* (blocks handed out by bumping since the page became a slab); its
+bitmap marks the bumped blocks that were freed. The pipeline of a group's
+allocation: the leader ``_find``s a page (hint, then scan), ``_reserve``s
+blocks there with one ``cas`` (and takes freed bits with one ``and``), and
+broadcasts the grant; lanes take their block by rank (``_alloc_small``).
+Callers: :mod:`devalloc.device.core` (and the interleaving explorer, which
+runs these functions' ``py_func``). Invariants, ordering and progress
+arguments: docs/correctness.md.
 """
 
 from numba import cuda, int64, uint32
 
-from . import layout as L
+from .. import layout as L
 from . import warp
-from .device_large import RETRIES, _at, _fold, _pages_changed
-from .layout import (
-    bits_base,
-    bump_grant,
-    class_size,
-    grant_block,
-    grant_count,
-    grant_page,
-    hint_slots,
-    hint_word,
-    lowest_bits,
-    popc32,
-    reuse_grant,
-    slab_tag,
-    slot_start,
-)
+from ._meta import RETRIES, _at, _fold, _note_fold, _pages_changed, _popc32, _warp_number
 
 #: Passes of the small-block scan, repeated only while races were lost.
 SMALL_PASSES = 4
@@ -40,16 +25,9 @@ BUSY = 1
 
 
 @cuda.jit(device=True)
-def _warp_number():
-    # The warp's number in the grid (1-D numbering; any value is correct,
-    # it only spreads warps over hint slots and bitmap words).
-    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> 5
-
-
-@cuda.jit(device=True)
 def _blocks(c):
     # class_blocks(c) with a 32-bit division (a 64-bit one costs registers).
-    return int64(uint32(L.PAGE) // uint32(class_size(c)))
+    return int64(uint32(L.PAGE) // uint32(L.class_size(c)))
 
 
 @cuda.jit(device=True)
@@ -67,16 +45,15 @@ def _pick(meta, npages, p, cap, want):
     Plain loads only, from a word the warp number picks on; (0, 0) if none
     is seen.
     """
-    base = bits_base(npages) + p * L.BITMAP_WORDS
-    nw = (cap + L.BITS_PER_WORD - 1) >> 5
+    nw = (cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT
     w = _scatter(_warp_number(), nw)
     for _ in range(nw):
-        free = meta[_at(base + w)]  # guess
+        free = meta[_at(L.bitmap_word(npages, p, w))]  # guess
         left = cap - w * L.BITS_PER_WORD
         if left < L.BITS_PER_WORD:
             free &= (int64(1) << left) - 1
         if free != 0:
-            return w, lowest_bits(free & L.WORD_MASK, want)
+            return w, L.lowest_bits(free & L.WORD_MASK, want)
         w += 1
         if w == nw:
             w = 0
@@ -99,30 +76,30 @@ def _reserve(meta, npages, p, c, want):
     lost a race. Atomics: ``cas`` per try (<= RETRIES), then the ``and`` on
     the reuse path; pages-used ``add`` and peak ``max`` when a page is taken.
     """
-    idx = L.STATE_BASE + p
-    tag = slab_tag(c)
+    idx = L.state_word(p)
+    tag = L.slab_tag(c)
     cap = _blocks(c)
     s = meta[_at(idx)]  # guess, validated by the cas
     for _ in range(RETRIES):
-        t = s & L.TAG_MASK
+        t = L.state_tag(s)
         first = int64(0)
         w = int64(0)
         pick = int64(0)
         if t == L.TAG_FREE:
             got = min(want, cap)
-            new = (s & L.COUNT_MASK) + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE) + tag
+            new = L.state_keep_count(s) + got * L.SLAB_BUMP_ONE + tag
         elif t == tag:
-            first = (s >> L.CURSOR_SHIFT) & L.CURSOR_MASK
-            live = (s >> L.N_SHIFT) & L.LIVE_MASK
+            first = L.slab_cursor(s)
+            live = L.slab_live(s)
             if first < cap:
                 got = min(want, cap - first)
-                new = s + got * (L.COUNT_ONE + L.CURSOR_ONE + L.N_ONE)
+                new = s + got * L.SLAB_BUMP_ONE
             elif live < cap:
                 w, pick = _pick(meta, npages, p, cap, min(want, cap - live))
                 if pick == 0:
                     return BUSY  # the freed blocks' bits are still being set
-                got = popc32(pick)
-                new = s + got * (L.COUNT_ONE + L.N_ONE)
+                got = L.popc32(pick)
+                new = s + got * L.SLAB_REUSE_ONE
             else:
                 return NO
         else:
@@ -131,19 +108,18 @@ def _reserve(meta, npages, p, c, want):
         # State word: cas, races with every allocator and freer of page p.
         old = cuda.atomic.cas(meta, _at(idx), s, new)
         if old == s:
-            if folded:
-                cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)
+            _note_fold(meta, folded)
             if t == L.TAG_FREE:
                 _pages_changed(meta, 1)
             if pick == 0:
-                return bump_grant(p, first, got)
-            mine = _take_bits(meta, bits_base(npages) + p * L.BITMAP_WORDS + w, pick)
-            lost = got - popc32(mine)
+                return L.bump_grant(p, first, got)
+            mine = _take_bits(meta, L.bitmap_word(npages, p, w), pick)
+            lost = got - L.popc32(mine)
             if lost:
                 _release_slots(meta, npages, p, lost, True)
             if mine == 0:
                 return BUSY
-            return reuse_grant(p, w, mine)
+            return L.reuse_grant(p, w, mine)
         s = old
     return BUSY
 
@@ -167,13 +143,13 @@ def _release_slots(meta, npages, p, k, undo):
     frees). Atomics: one ``add`` on the state word; when the slab became
     empty, :func:`_retire`.
     """
-    idx = L.STATE_BASE + p
+    idx = L.state_word(p)
     # State word: add never fails, so giving slots back never spins.
     old = cuda.atomic.add(meta, _at(idx), -k * L.N_ONE)
     if undo:
         cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
     new = old - k * L.N_ONE
-    if ((new >> L.N_SHIFT) & L.LIVE_MASK) == 0:
+    if L.slab_live(new) == 0:
         _retire(meta, npages, p, new)
 
 
@@ -187,19 +163,17 @@ def _retire(meta, npages, p, s):
     bit there is set); a fence; one ``exch`` to FREE. The pages-used ``add``
     before, and back if the ``cas`` fails.
     """
-    idx = L.STATE_BASE + p
+    idx = L.state_word(p)
     _pages_changed(meta, -1)
     # State word: cas from exactly the empty slab we saw.
-    if cuda.atomic.cas(meta, _at(idx), s, (s & L.COUNT_MASK) | L.TAG_RETIRING) != s:
+    if cuda.atomic.cas(meta, _at(idx), s, L.state_keep_count(s) | L.TAG_RETIRING) != s:
         _pages_changed(meta, 1)
         return
-    base = bits_base(npages) + p * L.BITMAP_WORDS
-    cursor = (s >> L.CURSOR_SHIFT) & L.CURSOR_MASK
-    for w in range((cursor + L.BITS_PER_WORD - 1) // L.BITS_PER_WORD):
-        meta[_at(base + w)] = 0
+    for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT):
+        meta[_at(L.bitmap_word(npages, p, w))] = 0
     cuda.threadfence()  # release: the cleared bitmap before the page is free
     # State word: exch on a page only we may change.
-    cuda.atomic.exch(meta, _at(idx), s & L.COUNT_MASK)
+    cuda.atomic.exch(meta, _at(idx), L.state_keep_count(s))
 
 
 @cuda.jit(device=True)
@@ -211,15 +185,15 @@ def _find(meta, npages, c, want):
     up to SMALL_PASSES, so contention alone rarely yields nothing. A grant
     from another page than the hint's moves the hint there (``exch``).
     """
-    slot = _scatter(_warp_number(), hint_slots(npages))
-    hint_idx = hint_word(c, slot)
+    slot = _scatter(_warp_number(), L.hint_slots(npages))
+    hint_idx = L.hint_word(c, slot)
     # The search's own state is 32-bit (pages < 2**25): 64-bit counters here
     # cost 7 registers in the alloc kernel. A hint of 0 (none) wraps to
     # 2**32 - 1, so one compare range-checks it.
     n = uint32(npages)
     p = uint32((meta[_at(hint_idx)] - 1) & 0xFFFFFFFF)  # racy hint: any value is safe
     if p >= n:
-        p = uint32(slot_start(npages, slot))
+        p = uint32(L.slot_start(npages, slot))
     left = n  # visits left in this pass
     passes = uint32(SMALL_PASSES)
     busy = False
@@ -264,10 +238,10 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
         g = warp.share(mask, leader, g)
         if g == 0:
             break
-        got = grant_count(g)
+        got = L.grant_count(g)
         k = rank - served
         if k >= 0 and k < got:
-            off = (grant_page(g) << L.PAGE_SHIFT) + grant_block(g, k) * class_size(c)
+            off = (L.grant_page(g) << L.PAGE_SHIFT) + L.grant_block(g, k) * L.class_size(c)
         served += got
         if served >= lanes:
             break
@@ -285,13 +259,13 @@ def _free_small(meta, npages, p, s, rel):
     with one ``add``; each lane learns from the old bits whether its block
     was live. Atomics per group: one ``or``, one ``add`` (and the retire).
     """
-    c = (s & L.TAG_MASK) - 1
-    size = class_size(c)
+    c = L.slab_class(L.state_tag(s))
+    size = L.class_size(c)
     b = int64(uint32(rel) // uint32(size))  # 0 <= rel < PAGE: 32 bits suffice
     widx = int64(warp.solo_key())
     bit = int64(0)
-    if rel - b * size == 0 and b < ((s >> L.CURSOR_SHIFT) & L.CURSOR_MASK):
-        widx = bits_base(npages) + p * L.BITMAP_WORDS + (b >> 5)
+    if rel - b * size == 0 and b < L.slab_cursor(s):
+        widx = L.bitmap_word(npages, p, b >> L.WORD_SHIFT)
         bit = int64(1) << (b & (L.BITS_PER_WORD - 1))
     mask, leader, rank, lanes = warp.group(widx)
     if bit == 0:
@@ -304,7 +278,7 @@ def _free_small(meta, npages, p, s, rel):
         # Bitmap word: or (set = freed), races with other freers and with
         # reusers' and. Bits already set were not live: invalid frees.
         old = cuda.atomic.or_(meta, _at(widx), bits)
-        freed = popc32(bits & ~old)
+        freed = _popc32(bits & ~old)
         if freed:
             _release_slots(meta, npages, p, freed, False)
     old = warp.share(mask, leader, old)

@@ -1,10 +1,10 @@
-"""Device side: monotonic (bump) allocation, released all at once by ``reset``.
+"""Bump allocation: monotonic blocks, released all at once by ``reset``.
 
 ``bump(ctx, n)`` hands out blocks that are never freed one by one. They come
 from *bump chunks*: runs of pages taken from the same arena as slabs and
 large blocks (no fixed partition), tagged TAG_BUMP so that ``free`` rejects
 any offset inside them. The current chunk lives in one metadata word,
-``H_BUMP`` (layout: page + 1 | count | cursor, see :func:`layout.pack_bump`).
+``H_BUMP`` (layout.py, "bump word").
 
 Shared words and who touches them:
 
@@ -13,21 +13,21 @@ Shared words and who touches them:
   past the chunk and the fields never overflow into one another.
 * ``H_BUMP_DONE``: ``add`` by the thread that replaced a chunk (its final
   count) and by large bumps (1 each); read by the host.
-* page state words: through :func:`devalloc.device_large._alloc_pages`.
+* page state words: through :mod:`devalloc.device.pages`.
 
 Warp aggregation: lanes of a warp that bump the same (16-byte rounded) size
 at the same time form a group; its leader claims ``size * lanes`` bytes with
 one ``cas`` and each lane takes its slice by rank. So a converged warp
 bumping one size costs one atomic. On the simulator every lane is its own
-group (:mod:`devalloc.warp`).
+group (:mod:`devalloc.device.warp`).
 """
 
 from numba import cuda, int64
 
-from . import layout as L
+from .. import layout as L
 from . import warp
-from .device import _count
-from .device_large import RETRIES, _alloc_pages, _free_pages
+from ._meta import RETRIES, _count
+from .pages import _alloc_pages, _free_pages
 
 
 @cuda.jit(device=True)
@@ -44,9 +44,9 @@ def _claim(meta, npages, total, cnt):
     chunk_bytes = chunk_pages << L.PAGE_SHIFT
     w = meta[L.H_BUMP]  # guess, validated by the cas
     for _ in range(RETRIES):
-        page = (w >> L.BUMP_PAGE_SHIFT) - 1
-        count = (w >> L.BUMP_COUNT_SHIFT) & L.BUMP_COUNT_MAX
-        cursor = w & L.BUMP_CURSOR_MASK
+        page = L.bump_page(w)
+        count = L.bump_count(w)
+        cursor = L.bump_cursor(w)
         if page >= 0 and cursor + total <= chunk_bytes and count + cnt <= L.BUMP_COUNT_MAX:
             # H_BUMP: cas, races with every bump allocator.
             old = cuda.atomic.cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)
@@ -96,7 +96,7 @@ def bump(ctx, nbytes):
     n = int64(nbytes)
     off = int64(L.NULL)
     if n > 0 and n <= (npages << L.PAGE_SHIFT):
-        size = (n + L.ALIGN - 1) & ~int64(L.ALIGN - 1)
+        size = L.align_up(n)
         chunk_bytes = L.bump_chunk_pages(npages) << L.PAGE_SHIFT
         if size * 2 > chunk_bytes:
             q = _alloc_pages(meta, npages, L.pages_for(size), L.TAG_BUMP)

@@ -5,7 +5,7 @@ of array passed into the function as argument"), so ``view`` cannot be an
 ordinary device function. An intrinsic is inlined at the LLVM level and
 builds the array structure (data pointer, shape, strides) directly over the
 arena, with no allocation and no call. On the simulator, where intrinsics do
-not run, :mod:`devalloc.view` uses an equivalent Python function.
+not run, :func:`view_simulated` stands in (``devalloc.view`` picks it there).
 """
 
 from llvmlite import ir

@@ -1,4 +1,4 @@
-"""Device side: scoped scratch, a thread-private stack released in LIFO order.
+"""Scoped scratch: a thread-private stack of chunks, released in LIFO order.
 
 Usage inside a kernel (``s`` is a plain int64 local the thread keeps)::
 
@@ -10,8 +10,8 @@ Usage inside a kernel (``s`` is a plain int64 local the thread keeps)::
     s = devalloc.release(ctx, s, m)    # close it: everything since m is gone
 
 The state ``s`` (and every mark) packs the thread's current chunk, the bytes
-used in it and the depth of open scopes (:func:`layout.pack_scope`). Chunks
-are ordinary heap blocks taken with :func:`devalloc.device.alloc` (a slab
+used in it and the depth of open scopes (layout.py, "scope state"). Chunks
+are ordinary heap blocks taken with the public ``alloc`` (a slab
 block while small, whole pages when large: atomics only then); each starts
 with a 32-byte header holding the previous and next chunk's offset + 1 and
 the chunk's size, so a thread's chunks form a chain. The first chunk holds
@@ -32,16 +32,12 @@ counted in ``usage().scope_misuse``.
 
 from numba import cuda, int64
 
+from .. import layout as L
 from . import api
-from . import layout as L
-from .device import _count
+from ._meta import _count, _stripe
 
 #: Chains longer than this are not followed (a release through one is misuse).
 MAX_CHAIN = 64
-#: Chunk header words (byte offsets): previous and next chunk + 1, size.
-H_PREV = 0
-H_NEXT = 8
-H_SIZE = 16
 
 
 @cuda.jit(device=True)
@@ -69,7 +65,7 @@ def _reserved(n):
 @cuda.jit(device=True)
 def _chunk_changed(meta, taken, delta_bytes):
     # Striped scope counters: add, by block, once per chunk taken or freed.
-    stripe = cuda.blockIdx.x % L.STRIPES
+    stripe = _stripe()
     if taken > 0:
         cuda.atomic.add(meta, L.stripe_word(stripe, L.S_SCOPE_CHUNKS), 1)
     cuda.atomic.add(meta, L.stripe_word(stripe, L.S_SCOPE_LIVE), taken)
@@ -78,7 +74,7 @@ def _chunk_changed(meta, taken, delta_bytes):
 
 @cuda.jit(device=True)
 def _free_chunk(ctx, chunk):
-    size = _word(ctx.arena, chunk + H_SIZE)
+    size = _word(ctx.arena, chunk + L.CHUNK_SIZE)
     api.free(ctx, chunk)
     _chunk_changed(ctx.meta, -1, -_reserved(size))
 
@@ -114,16 +110,15 @@ def _new_chunk(ctx, prev, size, have):
         want = need
         new = api.alloc(ctx, want)
         # Failure stripe: add -1; two tries are one request, counted at most once.
-        stripe = cuda.blockIdx.x % L.STRIPES
-        cuda.atomic.add(meta, L.stripe_word(stripe, L.S_FAILED), -1)
+        cuda.atomic.add(meta, L.stripe_word(_stripe(), L.S_FAILED), -1)
     if new == L.NULL:
         return new
     arena = ctx.arena
-    _set_word(arena, new + H_PREV, prev + 1)
-    _set_word(arena, new + H_NEXT, 0)
-    _set_word(arena, new + H_SIZE, want)
+    _set_word(arena, new + L.CHUNK_PREV, prev + 1)
+    _set_word(arena, new + L.CHUNK_NEXT, 0)
+    _set_word(arena, new + L.CHUNK_SIZE, want)
     if prev >= 0:
-        _set_word(arena, prev + H_NEXT, new + 1)
+        _set_word(arena, prev + L.CHUNK_NEXT, new + 1)
     _chunk_changed(meta, 1, _reserved(want))
     api.scratch_poison(ctx, new + L.SCOPE_HEADER, want - L.SCOPE_HEADER)
     return new
@@ -135,7 +130,7 @@ def _free_from(ctx, c):
     for _ in range(MAX_CHAIN):
         if c < 0:
             return
-        nxt = _word(ctx.arena, c + H_NEXT) - 1
+        nxt = _word(ctx.arena, c + L.CHUNK_NEXT) - 1
         _free_chunk(ctx, c)
         c = nxt
 
@@ -144,7 +139,7 @@ def _free_from(ctx, c):
 def _first(arena, c):
     """Return the first chunk of the chain through ``c`` (``c`` >= 0)."""
     for _ in range(MAX_CHAIN):
-        p = _word(arena, c + H_PREV) - 1
+        p = _word(arena, c + L.CHUNK_PREV) - 1
         if p < 0:
             return c
         c = p
@@ -175,22 +170,22 @@ def scoped(ctx, s, nbytes):
     if n <= 0 or n > L.SCOPE_MAX_CHUNK - L.SCOPE_HEADER:
         _count(meta, L.S_FAILED)
         return int64(L.NULL), s
-    size = (n + L.ALIGN - 1) & ~int64(L.ALIGN - 1)
+    size = L.align_up(n)
     chunk = L.scope_chunk(s)
     cursor = L.scope_cursor(s)
     have = int64(0)
     if chunk >= 0:
-        have = _word(arena, chunk + H_SIZE)
+        have = _word(arena, chunk + L.CHUNK_SIZE)
         if cursor + size <= have:
             api.scratch_check(ctx, chunk + cursor, size)
-            return chunk + cursor, s + ((size >> 4) << L.SCOPE_CURSOR_SHIFT)
-        spare = _word(arena, chunk + H_NEXT) - 1
+            return chunk + cursor, L.scope_advance(s, size)
+        spare = _word(arena, chunk + L.CHUNK_NEXT) - 1
         if spare >= 0:
-            if L.SCOPE_HEADER + size <= _word(arena, spare + H_SIZE):
+            if L.SCOPE_HEADER + size <= _word(arena, spare + L.CHUNK_SIZE):
                 api.scratch_check(ctx, spare + L.SCOPE_HEADER, size)
                 return spare + L.SCOPE_HEADER, L.pack_scope(spare, L.SCOPE_HEADER + size, depth)
             _free_from(ctx, spare)  # too small: replaced by a larger one
-            _set_word(arena, chunk + H_NEXT, 0)
+            _set_word(arena, chunk + L.CHUNK_NEXT, 0)
     new = _new_chunk(ctx, chunk, size, have)
     if new == L.NULL:
         return new, s  # alloc counted the failure
@@ -223,7 +218,7 @@ def release(ctx, s, m):
     c = chunk
     steps = 0
     while c != mchunk and c >= 0 and steps < MAX_CHAIN:
-        c = _word(arena, c + H_PREV) - 1
+        c = _word(arena, c + L.CHUNK_PREV) - 1
         steps += 1
     if c != mchunk or (mchunk == chunk and L.scope_cursor(m) > L.scope_cursor(s)):
         _count(meta, L.S_SCOPE_MISUSE)
@@ -251,9 +246,9 @@ def _poison_since(ctx, chunk, mchunk, mcursor):
     for _ in range(MAX_CHAIN):
         if c < 0:
             return
-        size = _word(arena, c + H_SIZE)
+        size = _word(arena, c + L.CHUNK_SIZE)
         if c == mchunk:
             api.scratch_poison(ctx, c + mcursor, size - mcursor)
             return
         api.scratch_poison(ctx, c + L.SCOPE_HEADER, size - L.SCOPE_HEADER)
-        c = _word(arena, c + H_PREV) - 1
+        c = _word(arena, c + L.CHUNK_PREV) - 1

@@ -1,67 +1,19 @@
-"""Device side, page level: large blocks and the pages-used accounting.
+"""Pages: large blocks (whole pages) and runs of pages for bump chunks.
 
-Part of :mod:`devalloc.device` (whose docstring describes every shared
-metadata word and the memory-ordering argument); split out to keep each
-module readable. A large block (more than MAX_SMALL bytes) takes whole
-pages: its first page's state word is a HEAD holding the page count, the
-others are TAILs. Callers: only :func:`devalloc.device.alloc` and
-:func:`devalloc.device.free`.
+A large block (more than MAX_SMALL bytes) takes whole pages: its first
+page's state word is a HEAD holding the page count, the others are TAILs.
+Callers: :mod:`devalloc.device.core` (large ``alloc``/``free``) and
+:mod:`devalloc.device.bump` (chunks, tagged BUMP). Every state word change
+is an atomic named below; the ordering argument is in docs/correctness.md.
 """
 
-from numba import config, cuda, int64, uint32
+from numba import cuda
 
-from . import layout as L
+from .. import layout as L
+from ._meta import RETRIES, _at, _fold, _note_fold, _pages_changed
 
-#: Attempts of a contended ``cas`` on one word before moving on.
-RETRIES = 64
 #: Passes of the large-block scan, repeated only while claims collided.
 LARGE_PASSES = 8
-
-
-if config.ENABLE_CUDASIM:
-
-    def _at(i):
-        """The simulator's ``_at``: the index itself (see below).
-
-        A plain function, because the simulator's device-function calls are
-        slow enough to widen every load-to-``cas`` window, which would make
-        the simulated contention figures worse than the algorithm's.
-        """
-        return i
-
-else:
-
-    @cuda.jit(device=True)
-    def _at(i):
-        """Return metadata index ``i`` as a value the compiler knows is >= 0.
-
-        Every metadata index is below 2**31 (MAX_PAGES bounds the heap).
-        Numba wraps negative indices around for loads, stores and atomics;
-        zero-extending a 32-bit value lets the compiler drop that code, which
-        saves instructions and registers at every metadata access.
-        """
-        return int64(uint32(i))
-
-
-@cuda.jit(device=True)
-def _pages_changed(meta, delta):
-    # Pages used: add, once per slab taken/retired or large block taken/freed.
-    # Takers add after their cas, releasers subtract before theirs (and add
-    # back if it fails), so the counter never exceeds the pages really held.
-    old = cuda.atomic.add(meta, L.H_PAGES_USED, delta)
-    if delta > 0:
-        # Peak: max with the value this add produced, so the peak is the
-        # exact high-water mark of the pages-used counter.
-        cuda.atomic.max(meta, L.H_PEAK_PAGES, old + delta)
-
-
-@cuda.jit(device=True)
-def _fold(new):
-    # Return (state word, folded amount): keep the count field below 2**23.
-    # The count is the word's top field, so count >= COUNT_FOLD is its top
-    # bit, and folding clears that bit (no compare, no 64-bit subtraction).
-    top = new & L.COUNT_FOLD_BIT
-    return new ^ top, top >> L.COUNT_SHIFT
 
 
 @cuda.jit(device=True)
@@ -72,14 +24,14 @@ def _take_page(meta, q, head_k, tag):
     TAG_BUMP (bump chunks, not counted). Returns 1 on success.
     Atomics: ``cas`` on the state word (<= RETRIES).
     """
-    idx = L.STATE_BASE + q
+    idx = L.state_word(q)
     s = meta[_at(idx)]
     for _ in range(RETRIES):
-        if s & L.TAG_MASK != L.TAG_FREE:
+        if L.state_tag(s) != L.TAG_FREE:
             return 0
         folded = 0
         if head_k == 0:
-            new = (s & L.COUNT_MASK) | L.TAG_TAIL
+            new = L.state_keep_count(s) | L.TAG_TAIL
         else:
             new, folded = _head_word(s, head_k, tag)
         # State word: cas, races with slab reservers and other large claims.
@@ -97,16 +49,10 @@ def _head_word(s, k, tag):
 
     A large block (TAG_HEAD) counts one allocation; a bump chunk does not.
     """
-    keep = s & L.COUNT_MASK
+    keep = L.state_keep_count(s)
     if tag == L.TAG_HEAD:
-        return _fold(keep + L.COUNT_ONE + (k << L.N_SHIFT) + L.TAG_HEAD)
-    return keep + (k << L.N_SHIFT) + tag, 0
-
-
-@cuda.jit(device=True)
-def _note_fold(meta, folded):
-    if folded:
-        cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)  # fold word: add
+        return _fold(keep + L.COUNT_ONE + L.pack_state(L.TAG_HEAD, k, 0))
+    return keep + L.pack_state(tag, k, 0), 0
 
 
 @cuda.jit(device=True)
@@ -114,7 +60,7 @@ def _untail(meta, lo, hi):
     # Tail pages lo..hi-1 back to free, count kept. Tails belong to the one
     # thread that holds them, so a plain and (never fails) suffices.
     for q in range(lo, hi):
-        cuda.atomic.and_(meta, _at(L.STATE_BASE + q), L.COUNT_MASK)
+        cuda.atomic.and_(meta, _at(L.state_word(q)), L.COUNT_MASK)
 
 
 @cuda.jit(device=True)
@@ -149,7 +95,7 @@ def _alloc_pages(meta, npages, k, tag):
         run = 0
         p = npages - 1
         while p >= 0:
-            if meta[_at(L.STATE_BASE + p)] & L.TAG_MASK == L.TAG_FREE:  # guess
+            if L.state_tag(meta[_at(L.state_word(p))]) == L.TAG_FREE:  # guess
                 run += 1
             else:
                 run = 0
@@ -182,7 +128,7 @@ def _crown(meta, p, k, tag):
     Nobody else writes a TAIL's state word, so the value read is current and
     one ``exch`` suffices (plus the fold ``add`` when the count folds).
     """
-    idx = L.STATE_BASE + p
+    idx = L.state_word(p)
     new, folded = _head_word(meta[_at(idx)], k, tag)
     # State word: exch on our own tail page.
     cuda.atomic.exch(meta, _at(idx), new)
@@ -202,14 +148,14 @@ def _free_pages(meta, p, tag):
     Atomics: the pages-used ``add``, one ``cas`` on the head, one ``and`` per
     tail page.
     """
-    idx = L.STATE_BASE + p
+    idx = L.state_word(p)
     s = meta[_at(idx)]  # guess; a live head changes only when it is freed
-    if s & L.TAG_MASK != tag:
+    if L.state_tag(s) != tag:
         return 0
-    k = (s >> L.N_SHIFT) & L.N_MASK
+    k = L.state_n(s)
     _pages_changed(meta, -k)
     # State word: cas head -> free; of two racing frees exactly one wins.
-    if cuda.atomic.cas(meta, _at(idx), s, s & L.COUNT_MASK) != s:
+    if cuda.atomic.cas(meta, _at(idx), s, L.state_keep_count(s)) != s:
         _pages_changed(meta, k)
         return 0
     _untail(meta, p + 1, p + k)

@@ -1,0 +1,117 @@
+"""Metadata helpers every device path uses: indices, counters, the fold.
+
+Callers: the modules of :mod:`devalloc.device` only. Rules that hold for
+every device function (docs/correctness.md gives the arguments):
+
+* every metadata index goes through :func:`_at`;
+* every shared word is changed by an atomic, with a comment naming the word,
+  the operation and who races with it; plain loads only produce guesses
+  that a later atomic validates;
+* ``cuda`` and ``warp`` are used as module globals (``from numba import
+  cuda``, ``from . import warp``): the interleaving explorer swaps exactly
+  those names (tests/test_explorer.py rejects other import forms).
+"""
+
+from numba import config, cuda, int64, uint32
+
+from .. import layout as L
+
+#: Attempts of a contended ``cas`` on one word before moving on.
+RETRIES = 64
+
+
+if config.ENABLE_CUDASIM:
+
+    def _at(i):
+        """The simulator's ``_at``: the index itself (see below).
+
+        A plain function, because the simulator's device-function calls are
+        slow enough to widen every load-to-``cas`` window, which would make
+        the simulated contention figures worse than the algorithm's.
+        """
+        return i
+
+    _popc32 = L.popc32
+
+else:
+
+    @cuda.jit(device=True)
+    def _at(i):
+        """Return metadata index ``i`` as a value the compiler knows is >= 0.
+
+        Every metadata index is below 2**31 (MAX_PAGES bounds the heap).
+        Numba wraps negative indices around for loads, stores and atomics;
+        zero-extending a 32-bit value lets the compiler drop that code, which
+        saves instructions and registers at every metadata access.
+        """
+        return int64(uint32(i))
+
+    @cuda.jit(device=True)
+    def _popc32(x):
+        """Return the set bits of bitmap word ``x`` (< 2**32): one ``popc``.
+
+        Used where it was measured to cost nothing: free's count of the bits
+        it set (free 696 -> 680 SASS on sm_90, registers unchanged). The
+        other counts keep ``layout.popc32``: ``popc`` in ``grant_count`` took
+        the per-thread-size kernel from 48 to 54 registers on sm_90, and in
+        ``_reserve`` 1-2 more registers on sm_75 (``python -m
+        devalloc.probes``).
+        """
+        return int64(cuda.popc(uint32(x)))
+
+
+@cuda.jit(device=True)
+def _warp_number():
+    # The warp's number in the grid (1-D numbering; any value is correct,
+    # it only spreads warps over hint slots and bitmap words).
+    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> L.WARP_SHIFT
+
+
+@cuda.jit(device=True)
+def _stripe():
+    """Return the counter stripe of this thread's block (failure stripes)."""
+    return cuda.blockIdx.x % L.STRIPES
+
+
+@cuda.jit(device=True)
+def _count(meta, field):
+    """Add one to striped counter ``field`` (a failure or misuse); any thread.
+
+    One ``add`` on the block's stripe, contended only among counting threads
+    of blocks that share it. Ordering irrelevant: read by the host after a
+    synchronization.
+    """
+    cuda.atomic.add(meta, _at(L.stripe_word(_stripe(), field)), 1)
+
+
+@cuda.jit(device=True)
+def _pages_changed(meta, delta):
+    """Account ``delta`` pages taken (> 0) or given back (< 0).
+
+    Takers add after their cas, releasers subtract before theirs (and add
+    back if it fails), so the counter never exceeds the pages really held.
+    Atomics: one ``add`` on H_PAGES_USED, and when pages are taken one
+    ``max`` on H_PEAK_PAGES with the value this add produced, so the peak is
+    the exact high-water mark. Page-level events only, never per block.
+    """
+    old = cuda.atomic.add(meta, L.H_PAGES_USED, delta)
+    if delta > 0:
+        cuda.atomic.max(meta, L.H_PEAK_PAGES, old + delta)
+
+
+@cuda.jit(device=True)
+def _fold(new):
+    """Return (state word, folded amount): keep the count field below 2**23.
+
+    The count is the word's top field, so count >= COUNT_FOLD is its top
+    bit, and folding clears that bit (no compare, no 64-bit subtraction).
+    """
+    top = new & L.COUNT_FOLD_BIT
+    return new ^ top, top >> L.COUNT_SHIFT
+
+
+@cuda.jit(device=True)
+def _note_fold(meta, folded):
+    """Move ``folded`` allocations into H_ALLOC_FOLD (an ``add``) if nonzero."""
+    if folded:
+        cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)  # fold word: add, any thread

@@ -1,0 +1,115 @@
+"""The normal heap's ``alloc`` and ``free``: classify, group, serve, account.
+
+``alloc`` reads as a pipeline: classify the request (size class, large, or
+invalid), form the warp group of lanes asking for the same class
+(:mod:`devalloc.device.warp`), serve it (:mod:`devalloc.device.slab` for
+blocks up to MAX_SMALL, :mod:`devalloc.device.pages` for whole pages), then
+count a failure or fence the claim. ``free`` finds the page's kind from its
+state word and hands the block to the slab or page path. Every shared word,
+the invariants and the memory-ordering argument: docs/correctness.md.
+Callers: the public dispatchers in :mod:`devalloc.device.api` (and the debug
+path, which wraps these).
+"""
+
+from numba import cuda, int64
+
+from .. import layout as L
+from . import warp
+from ._meta import _at, _count
+from .pages import _alloc_large, _free_large
+from .slab import _alloc_small, _free_small
+
+
+@cuda.jit(device=True)
+def _alloc_uncounted(meta, npages, nbytes):
+    """``alloc`` without the failure count and the fence; offset or NULL.
+
+    Every lane calls ``warp.group`` once: lanes asking for the same size
+    class form a group; the others a group of one each.
+    """
+    n = int64(nbytes)
+    small = n > 0 and n <= L.MAX_SMALL
+    c = int64(0)
+    key = warp.solo_key()
+    if small:
+        c = L.size_class(n)
+        key = c
+    mask, leader, rank, lanes = warp.group(key)
+    if small:
+        return _alloc_small(meta, npages, c, mask, leader, rank, lanes)
+    if n > 0 and n <= (npages << L.PAGE_SHIFT):
+        return _alloc_large(meta, npages, L.pages_for(n))
+    return int64(L.NULL)
+
+
+@cuda.jit(device=True)
+def alloc(ctx, nbytes):
+    """Allocate a block of at least ``nbytes`` bytes; return its offset.
+
+    Any thread of any kernel may call, in divergent code too; lanes never
+    wait for lanes that are not calling. The offset is a multiple of 16 into
+    ``ctx.arena``.
+
+    Atomics, blocks up to 8 KiB: one ``cas`` on a page state word per group
+    of lanes of a warp asking for the same size class (a lone lane is a
+    group of one) while the slab has never-used blocks; reusing freed blocks
+    adds one ``and`` on a bitmap word per group. Large blocks: one ``cas``
+    per page. Plus the pages-used ``add`` and peak ``max`` when a page is
+    taken, and the hint ``exch`` when a group moves to another page. Then
+    one ``threadfence`` (acquire).
+
+    :returns: the offset, or ``devalloc.NULL`` if ``nbytes <= 0``, if it is
+        larger than the arena, or if no space is found; NULL results are
+        counted in ``failed``.
+    """
+    meta = ctx.meta
+    off = _alloc_uncounted(meta, ctx.arena.shape[0] >> L.PAGE_SHIFT, nbytes)
+    if off == L.NULL:
+        _count(meta, L.S_FAILED)
+    else:
+        cuda.threadfence()  # acquire: our accesses to the block follow the claim
+    return off
+
+
+@cuda.jit(device=True)
+def free(ctx, off):
+    """Return the block at offset ``off`` to the heap.
+
+    Any thread may call, in divergent code too. ``free(ctx, NULL)`` does
+    nothing. An offset that is not a live block (double free, inside a
+    block, outside the heap) changes nothing and is counted in
+    ``invalid_frees``.
+
+    Atomics: one ``threadfence`` (release), then for small blocks one ``or``
+    on the bitmap word and one ``add`` on the page state word per group of
+    lanes of a warp freeing blocks of the same bitmap word (a lone lane is a
+    group of one), plus the retire (a ``cas``, an ``exch`` and the pages-used
+    ``add``) when the slab empties; for a large block one ``cas`` on its
+    head page, one ``and`` per tail page and the pages-used ``add``.
+    """
+    meta = ctx.meta
+    o = int64(off)
+    if o == L.NULL:
+        warp.join_alone()  # free: no group (simulator: joins the rendezvous)
+        return
+    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
+    ok = 0
+    inside = o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0
+    p = o >> L.PAGE_SHIFT
+    rel = o - (p << L.PAGE_SHIFT)
+    s = int64(0)
+    if inside:
+        # Release: our writes to the block are ordered before the atomic that
+        # frees it. Being before the load, the fence also orders the load
+        # after whatever made this offset known to us (docs/correctness.md).
+        cuda.threadfence()
+        s = meta[_at(L.state_word(p))]  # see "Known limits"
+    t = L.state_tag(s)
+    if inside and L.is_slab_tag(t):
+        ok = _free_small(meta, npages, p, s, rel)
+    else:
+        warp.join_alone()  # no group needed (simulator: joins the rendezvous)
+        if inside and t == L.TAG_HEAD and rel == 0:
+            ok = _free_large(meta, p)
+    if not ok:
+        _count(meta, L.S_INVALID)
