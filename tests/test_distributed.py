@@ -5,18 +5,15 @@ tests/conftest.py and import this module to run its task functions, so
 every kernel a task launches is defined here at module level.
 """
 
-import os
-
+import distributed  # in the [test] extra
 import numpy as np
 import pytest
 from numba import cuda
 
-distributed = pytest.importorskip("distributed")
-
-import devalloc  # noqa: E402
-from devalloc import distributed as dd  # noqa: E402
-from devalloc import layout as L  # noqa: E402
-from devalloc.errors import DevallocError, WorkerHeapError  # noqa: E402
+import devalloc
+from devalloc import distributed as dd
+from devalloc import layout as L
+from devalloc.errors import DevallocError, WorkerHeapError
 
 CAPACITY = L.capacity_for_pages(4)
 
