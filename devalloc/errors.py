@@ -36,3 +36,11 @@ class HeapCorruption(DevallocError):
     def __init__(self, message, records):
         super().__init__(message)
         self.records = records
+
+
+class WorkerHeapError(DevallocError, RuntimeError):
+    """No worker heap here: not inside a Dask task, or ``attach`` was not called.
+
+    Raised by :mod:`devalloc.distributed` (``worker_heap``, ``usage``,
+    ``grow_worker_heap``); the message says which of the two it is.
+    """

@@ -29,6 +29,21 @@ their bytes are in ``in use``). Class and large rows count every block the
 heap holds, threads' scoped-scratch chunks included (those are reported as
 ``scoped chunks`` and kept out of ``in use``, ``allocs`` and ``frees``);
 ``bump chunks`` rows appear once ``bump`` has been used.
+
+``format_worker_usage({worker: usage})`` prints the heaps of several Dask
+workers (:func:`devalloc.distributed.usage`) as one table, a row per worker
+and a total row::
+
+    heap usage per worker
+      worker                 capacity  in use  reserved    peak  live blocks  ...
+      tcp://127.0.0.1:40155   1130496       0    344064  344064            0  ...
+      tcp://127.0.0.1:40157   1130496     112    344064  360448            1  ...
+      total                   2260992     112    688128  704512            1  ...
+
+(then ``allocs``, ``frees``, ``failed`` and ``invalid frees``).
+Every column of the total row is the sum over the workers; its peak is the
+sum of each heap's own high-water mark, an upper bound of what the heaps
+held at one moment (they need not peak together).
 """
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -111,4 +126,37 @@ def format_usage(usage, title="heap usage"):
     lines.append("  " + "  ".join(f"{h:>{w}}" for h, w in zip(heads, widths)))
     for r in rows:
         lines.append("  " + "  ".join(f"{v:>{w}}" for v, w in zip(r, widths)))
+    return "\n".join(lines)
+
+
+#: The columns of the per-worker table: (heading, Usage attribute).
+WORKER_COLUMNS = (
+    ("capacity", "capacity"),
+    ("in use", "in_use"),
+    ("reserved", "reserved"),
+    ("peak", "peak"),
+    ("live blocks", "live_blocks"),
+    ("allocs", "allocs"),
+    ("frees", "frees"),
+    ("failed", "failed"),
+    ("invalid frees", "invalid_frees"),
+)
+
+
+def format_worker_usage(usages, title="heap usage per worker"):
+    """Return ``{worker: Usage}`` as one aligned table with a total row.
+
+    A row per worker (in the mapping's order), exact integers, bytes in the
+    first four columns; the last row sums every column.
+    """
+    rows = [(str(w), *(int(getattr(u, a)) for _, a in WORKER_COLUMNS))
+            for w, u in usages.items()]
+    total = ("total", *(sum(r[k] for r in rows) for k in range(1, len(WORKER_COLUMNS) + 1)))
+    heads = ("worker", *(h for h, _ in WORKER_COLUMNS))
+    cells = [heads] + [tuple(str(v) for v in r) for r in rows + [total]]
+    widths = [max(len(c[k]) for c in cells) for k in range(len(heads))]
+    lines = [title]
+    for c in cells:
+        lines.append("  " + "  ".join(
+            f"{v:<{w}}" if k == 0 else f"{v:>{w}}" for k, (v, w) in enumerate(zip(c, widths))))
     return "\n".join(lines)

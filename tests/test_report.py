@@ -9,7 +9,7 @@ from numba import cuda
 
 import devalloc
 from devalloc import layout as L
-from devalloc.report import format_usage, human_bytes
+from devalloc.report import WORKER_COLUMNS, format_usage, format_worker_usage, human_bytes
 from devalloc.stats import ClassUsage, Usage, live_blocks
 
 BYTE_ROWS = {"capacity": "capacity", "in use": "in_use", "reserved": "reserved", "peak": "peak"}
@@ -83,6 +83,35 @@ def test_usage_keeps_its_dataclass_repr_and_to_dict():
     assert repr(u).startswith("Usage(capacity=16384, in_use=32, reserved=16384")
     d = json.loads(json.dumps(u.to_dict()))
     assert d["classes"]["16"] == {"size": 16, "blocks_live": 2, "slabs": 1, "slack_bytes": 16_352}
+
+
+def test_worker_table_has_a_row_per_worker_and_a_total_row():
+    a = Usage(1_130_496, 112, 344_064, 360_448, 300, 299, 3, 1, 1)
+    b = Usage(2_260_992, 0, 16_384, 32_768, 7, 7, 0, 0, 0)
+    text = format_worker_usage({"tcp://10.0.0.1:40155": a, "tcp://10.0.0.2:1": b})
+    lines = text.splitlines()
+    assert lines[0] == "heap usage per worker"
+    assert lines[1].split() == ["worker", "capacity", "in", "use", "reserved", "peak", "live",
+                                "blocks", "allocs", "frees", "failed", "invalid", "frees"]
+    rows = {line.split()[0]: [int(v) for v in line.split()[1:]] for line in lines[2:]}
+    assert list(rows) == ["tcp://10.0.0.1:40155", "tcp://10.0.0.2:1", "total"]
+    for name, u in (("tcp://10.0.0.1:40155", a), ("tcp://10.0.0.2:1", b)):
+        assert rows[name] == [getattr(u, attr) for _, attr in WORKER_COLUMNS]
+    assert rows["total"] == [x + y for x, y in zip(rows["tcp://10.0.0.1:40155"],
+                                                   rows["tcp://10.0.0.2:1"])]
+    assert rows["total"][0] == 3_391_488 and rows["total"][3] == 393_216
+    # Aligned: every line as wide as the header, every figure right-aligned
+    # under its heading.
+    assert len({len(line) for line in lines[1:]}) == 1, text
+    for heading, _ in WORKER_COLUMNS:
+        end = lines[1].index(heading) + len(heading)
+        assert all(line[end - 1] != " " and line[end:end + 1] in ("", " ")
+                   for line in lines[2:]), (heading, text)
+
+
+def test_worker_table_of_no_workers_is_a_zero_total():
+    lines = format_worker_usage({}, title="none").splitlines()
+    assert lines[0] == "none" and lines[2].split() == ["total"] + ["0"] * len(WORKER_COLUMNS)
 
 
 def test_human_bytes():
