@@ -7,9 +7,16 @@ Device (inside ``@cuda.jit`` kernels): ``alloc(ctx, nbytes)``,
 Importing the package does not import numba: the public names load on first
 use (PEP 562), so that ``devalloc.target.choose()`` and ``python -m devalloc``
 can pick the GPU or the simulator before numba reads its configuration.
+``__version__`` is the installed distribution's version (no numba import).
 """
 
 import importlib
+from importlib import metadata as _metadata
+
+try:
+    __version__ = _metadata.version("devalloc")
+except _metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ALIGN",
