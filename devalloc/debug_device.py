@@ -6,12 +6,17 @@ is a :class:`DebugCtx` (a third array, ``debug``). The public ``alloc`` and
 (:mod:`devalloc.api`), so a normal heap's compiled code has no debug branch.
 
 A debug block of ``n`` requested bytes is a normal block of at least
-``n + GUARD + 8`` bytes laid out as::
+``max(n + GUARD, MIN_BLOCK)`` bytes laid out as::
 
     [0, n)            the user's bytes
     [n, n + GUARD)    guard bytes, GUARD_BYTE each, checked at free and by check()
     ...               unused
-    [size - 8, size)  n, as a little-endian int64 (size = the block's real size)
+
+``n`` itself is kept outside the arena, where no overrun reaches it: the
+``sizes`` array (``uint16``, one entry per MIN_BLOCK bytes of arena) holds
+the block's slack, its real size minus ``n`` (below PAGE + GUARD, so it
+fits), at index ``offset >> SLOT_SHIFT``. Debug blocks are at least
+MIN_BLOCK bytes apart, so two live blocks never share an entry.
 
 ``debug`` words: [0] records written (and attempted beyond the room),
 then RECORDS records of 4 words from RECORD_BASE: kind, offset, linear block
@@ -31,6 +36,16 @@ RECORDS = 64
 RECORD_BASE = 8
 RECORD_WORDS = 4
 DEBUG_WORDS = RECORD_BASE + RECORDS * RECORD_WORDS
+
+#: Debug blocks are at least MIN_BLOCK bytes; ``sizes`` has one entry per MIN_BLOCK.
+SLOT_SHIFT = 5
+MIN_BLOCK = 1 << SLOT_SHIFT
+
+
+def size_slots(npages):
+    """Return the number of ``sizes`` entries of a debug heap of ``npages`` pages."""
+    return npages << (L.PAGE_SHIFT - SLOT_SHIFT)
+
 
 KIND_INVALID_FREE = 1
 KIND_GUARD = 2
@@ -85,21 +100,20 @@ def _block_size(meta, npages, off):
 def alloc(ctx, nbytes):
     """Debug ``alloc``: as :func:`devalloc.device.alloc`, plus guard bytes.
 
-    Costs the normal atomics plus GUARD + 8 plain byte stores.
+    Costs the normal atomics plus GUARD plain byte stores and one store of
+    the block's slack in ``ctx.sizes``.
     """
     n = int64(nbytes)
     inner = n
     if n > 0:
-        inner = ((n + 7) // 8) * 8 + GUARD + 8
+        inner = max(n + GUARD, MIN_BLOCK)
     off = device.alloc(ctx, inner)
     if off != L.NULL:
         arena = ctx.arena
         for j in range(GUARD):
             arena[off + n + j] = GUARD_BYTE
         npages = arena.shape[0] >> L.PAGE_SHIFT
-        end = off + _block_size(ctx.meta, npages, off) - 8
-        for j in range(8):
-            arena[end + j] = (n >> (8 * j)) & 0xFF
+        ctx.sizes[off >> SLOT_SHIFT] = _block_size(ctx.meta, npages, off) - n
     return off
 
 
@@ -121,11 +135,9 @@ def free(ctx, off):
     if size == 0:
         _record(ctx.debug, KIND_INVALID_FREE, o)
     else:
-        n = int64(0)
-        for j in range(8):
-            n |= int64(arena[o + size - 8 + j]) << (8 * j)
+        n = size - int64(ctx.sizes[o >> SLOT_SHIFT])
         bad = False
-        if n < 0 or n + GUARD > size - 8:
+        if n < 0 or n + GUARD > size:
             bad = True
         else:
             for j in range(GUARD):
