@@ -26,43 +26,57 @@ class Record:
     block: int
     thread: int
     size: int = -1
+    #: What else the host can tell, e.g. that the offset is beyond this heap.
+    note: str = ""
 
     def __str__(self):
         who = f"block {self.block}, thread {self.thread}" if self.block >= 0 else "found by check()"
         size = f" (requested {self.size} B)" if self.size >= 0 else ""
-        return f"{self.kind} at offset {self.offset}{size}: {who}"
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.kind} at offset {self.offset}{size}{note}: {who}"
 
 
-def requested_size(arena, off, size):
-    """Return the requested size stored at the end of the debug block at ``off``."""
-    return int(np.asarray(arena[off + size - 8:off + size]).view(np.int64)[0])
+def requested_size(sizes, off, size):
+    """Return the requested size of the live debug block at ``off`` of real ``size``.
+
+    ``sizes`` is the debug heap's table of slacks (real size minus requested
+    size), kept outside the arena.
+    """
+    return int(size) - int(sizes[off >> D.DEBUG_SLOT_SHIFT])
 
 
-def device_records(debug):
-    """Return the records written by device code, first ones first."""
+def device_records(debug, capacity):
+    """Return the records written by device code, first ones first.
+
+    An invalid free beyond the ``capacity``-byte arena is noted as an offset
+    that cannot be this heap's: one from another heap, most likely.
+    """
     n = min(int(debug[0]), D.RECORDS)
     out = []
     for i in range(n):
         kind, off, block, thread = (int(debug[D.record_word(i, f)])
                                     for f in (D.R_KIND, D.R_OFFSET, D.R_BLOCK, D.R_THREAD))
-        out.append(Record(KINDS.get(kind, f"kind {kind}"), off, block, thread))
+        note = ""
+        if kind == D.KIND_INVALID_FREE and off >= capacity:
+            note = f"beyond this heap's {capacity}-byte arena: an offset from another heap?"
+        out.append(Record(KINDS.get(kind, f"kind {kind}"), off, block, thread, note=note))
     return out
 
 
-def guard_violations(arena, blocks):
+def guard_violations(arena, sizes, blocks):
     """Return a record for every live debug block whose guard bytes changed."""
     out = []
     for off, size in blocks:
-        n = requested_size(arena, off, size)
-        guard = arena[off + n:off + n + D.GUARD] if 0 <= n <= size - 8 - D.GUARD else None
-        if guard is None or np.any(np.asarray(guard) != D.GUARD_BYTE):
+        n = requested_size(sizes, off, size)
+        guard = np.asarray(arena[off + n:off + n + D.GUARD])
+        if np.any(guard != D.GUARD_BYTE):
             out.append(Record(KINDS[D.KIND_GUARD], off, -1, -1, n))
     return out
 
 
-def find_corruption(debug, arena, blocks):
+def find_corruption(debug, arena, sizes, blocks):
     """Return every record: device records first, then live-block guard checks."""
-    return device_records(debug) + guard_violations(arena, blocks)
+    return device_records(debug, arena.size) + guard_violations(arena, sizes, blocks)
 
 
 def describe(records):

@@ -18,6 +18,7 @@ Which calls synchronize the host:
 
 import math
 import numbers
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +32,19 @@ from .stats import live_blocks, usage_from_meta
 
 
 
-def check_capacity(capacity):
-    """Return ``capacity`` as an int, or raise TypeError/ValueError saying why."""
+#: Bytes a ``memory=`` buffer may spend aligning the metadata, then the
+#: arena, to 256 bytes (at most 255 before each).
+ALIGN_SLACK = 2 * 255
+#: The smallest ``memory=`` buffer (or capacity inside one) a heap fits in,
+#: whatever the buffer's address: one page, its metadata and the alignment.
+MIN_MEMORY = L.MIN_CAPACITY + ALIGN_SLACK
+
+
+def check_capacity(capacity, least=L.MIN_CAPACITY):
+    """Return ``capacity`` as an int, or raise TypeError/ValueError saying why.
+
+    ``least`` is :data:`MIN_MEMORY` for a heap inside a ``memory=`` buffer.
+    """
     if isinstance(capacity, (bool, np.bool_)) or not isinstance(
         capacity, numbers.Integral
     ):
@@ -41,10 +53,16 @@ def check_capacity(capacity):
             f"integer), got {type(capacity).__name__}: {capacity!r}"
         )
     capacity = int(capacity)
-    if capacity < L.MIN_CAPACITY:
+    if capacity < least and least == L.MIN_CAPACITY:
         raise ValueError(
-            f"Heap capacity must be at least {L.MIN_CAPACITY} bytes (metadata "
+            f"Heap capacity must be at least {least} bytes (metadata "
             f"plus one {L.PAGE}-byte page), got {capacity}"
+        )
+    if capacity < least:  # inside memory=
+        raise ValueError(
+            f"memory= is too small: a heap inside it needs at least {least} bytes "
+            f"(metadata, one {L.PAGE}-byte page and up to {ALIGN_SLACK} bytes of "
+            f"256-byte alignment), got {capacity}"
         )
     most = L.capacity_for_pages(L.MAX_PAGES + 1) - 1
     if capacity > most:
@@ -89,6 +107,41 @@ def _device_bytes(memory):
     return raw, raw.__cuda_array_interface__["data"][0]
 
 
+def _host_memory():
+    """Return the host's physical memory in bytes (inf if the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return math.inf
+
+
+def _check_stream(stream, name):
+    """Return ``stream`` if it is 0 or a Numba CUDA stream; raise TypeError otherwise."""
+    if config.ENABLE_CUDASIM:
+        kinds = (cuda.stream,)  # the simulator's stream class
+    else:
+        from numba.cuda.cudadrv.driver import Stream
+
+        kinds = (Stream,)
+    if isinstance(stream, kinds) or (
+        isinstance(stream, numbers.Integral) and not isinstance(stream, (bool, np.bool_))
+        and stream == 0
+    ):
+        return stream
+    raise TypeError(
+        f"{name} must be 0 (the default stream) or a Numba CUDA stream "
+        "(cuda.stream(), cuda.default_stream(), cuda.external_stream(ptr)), "
+        f"got {type(stream).__name__}: {stream!r}"
+    )
+
+
+_PASS_CTX = (
+    "a kernel was given a devalloc.Heap: pass heap.ctx to kernels "
+    "(kernel[grid, block](heap.ctx, ...)), or pass the heap to heap.run(), "
+    "which passes heap.ctx"
+)
+
+
 @dataclass(frozen=True)
 class RunResult:
     """What :meth:`Heap.run` did: the final usage, launches, final capacity."""
@@ -107,10 +160,11 @@ class Heap:
     :param stream: the stream the heap's own work (zeroing, ``reset``,
         ``usage``) is ordered on; 0 is the default stream.
     :param memory: a device buffer exposing ``__cuda_array_interface__`` to
-        build the heap in instead of allocating; the heap never frees it.
+        build the heap in instead of allocating; the heap never frees it. At
+        least :data:`MIN_MEMORY` bytes, whatever its address.
     :param device: the device number to allocate on (default: current).
-    :param debug: build a debug heap: every block gets guard bytes, freed
-        blocks are poisoned, misuse is recorded; see :meth:`check` and
+    :param debug: True to build a debug heap: every block gets guard bytes,
+        freed blocks are poisoned, misuse is recorded; see :meth:`check` and
         :meth:`live`. Kernels compiled for a normal heap are unaffected.
 
     Creating a heap allocates and zeroes device memory; it launches no
@@ -119,8 +173,10 @@ class Heap:
     """
 
     def __init__(self, capacity=None, *, stream=0, memory=None, device=None, debug=False):
-        self.stream = stream
+        self.stream = _check_stream(stream, "stream=")
         self.device = device
+        if not isinstance(debug, (bool, np.bool_)):
+            raise TypeError(f"debug= must be True or False, got {type(debug).__name__}: {debug!r}")
         self.debug = bool(debug)
         self._memory = memory
         self._closed = False
@@ -145,7 +201,7 @@ class Heap:
             raw, address = _device_bytes(self._memory)
             if capacity is None:
                 capacity = raw.size
-            capacity = check_capacity(capacity)
+            capacity = check_capacity(capacity, MIN_MEMORY)
             if capacity > raw.size:
                 raise ValueError(
                     f"Heap capacity {capacity} exceeds the {raw.size} bytes of memory="
@@ -159,7 +215,10 @@ class Heap:
                 self._arena = cuda.device_array(npages * L.PAGE, np.uint8, stream=self.stream)
                 self._meta = cuda.device_array(L.meta_words(npages), np.int64, stream=self.stream)
             except Exception as e:  # CudaAPIError(CUDA_ERROR_OUT_OF_MEMORY)
-                if "OUT_OF_MEMORY" in str(e) or "out of memory" in str(e):
+                # The simulator's device memory is host memory: NumPy's MemoryError.
+                if isinstance(e, MemoryError) or "OUT_OF_MEMORY" in str(e) or (
+                    "out of memory" in str(e)
+                ):
                     raise OutOfMemoryError(
                         f"the device could not allocate {capacity} bytes for the heap: {e}"
                     ) from e
@@ -170,21 +229,22 @@ class Heap:
         if self.debug:
             self._debug = cuda.device_array(L.DEBUG_WORDS, np.int64, stream=self.stream)
             _zero(self._debug, L.DEBUG_WORDS * 8, self.stream)
-            self._ctx = DebugCtx(self._arena, self._meta, self._debug)
+            # Written by alloc before it is read: zeroed once, not by reset.
+            self._sizes = cuda.device_array(L.debug_size_slots(self.npages), np.uint16,
+                                            stream=self.stream)
+            _zero(self._sizes, self._sizes.size * 2, self.stream)
+            self._ctx = DebugCtx(self._arena, self._meta, self._debug, self._sizes)
         else:
-            self._debug = None
+            self._debug = self._sizes = None
             self._ctx = Ctx(self._arena, self._meta)
 
     @staticmethod
     def _carve(raw, address, capacity):
         """Lay the metadata then the arena out in ``raw[:capacity]``."""
         skip = (-address) % 256  # both regions 256-byte aligned
-        npages = L.pages_for_capacity(capacity - skip - 256)
-        if npages < 1:
-            raise ValueError(
-                f"memory= of {capacity} bytes at address {address:#x} is too small: "
-                f"a heap needs at least {L.MIN_CAPACITY + 512} bytes there"
-            )
+        # At most 255 more bytes align the arena: MIN_MEMORY gives one page.
+        npages = L.pages_for_capacity(capacity - skip - 255)
+        assert npages >= 1, (capacity, address)
         meta_bytes = L.meta_words(npages) * 8
         arena_at = skip + meta_bytes + (-(address + skip + meta_bytes)) % 256
         meta = raw[skip:skip + meta_bytes].view(np.int64)
@@ -194,9 +254,14 @@ class Heap:
     @staticmethod
     def _check_free_memory(capacity):
         free, total = cuda.current_context().get_memory_info()
+        where = "the device's free memory"
+        if math.isinf(free):
+            # The simulator reports infinite memory; its device is the host's RAM.
+            free = total = _host_memory()
+            where = "the host's memory (the simulator's device memory)"
         if capacity > free:
             raise OutOfMemoryError(
-                f"Heap capacity {capacity} bytes exceeds the device's free memory "
+                f"Heap capacity {capacity} bytes exceeds {where} "
                 f"({int(free)} of {int(total)} bytes free)"
             )
 
@@ -226,6 +291,17 @@ class Heap:
         self._live()
         return self._arena
 
+    @property
+    def meta(self):
+        """Not a heap attribute: a kernel was given the heap instead of ``heap.ctx``."""
+        raise AttributeError(_PASS_CTX)
+
+    @property
+    def _numba_type_(self):
+        # Numba types a kernel argument by this attribute: a heap passed to a
+        # kernel on a GPU fails here, at launch, with the same advice.
+        raise TypeError(_PASS_CTX)
+
     def reset(self, stream=None):
         """Free every allocation and clear every counter, ordered on ``stream``.
 
@@ -247,16 +323,21 @@ class Heap:
     def live(self, stream=None):
         """Synchronize and list the live blocks as ``(offset, size)`` pairs.
 
-        ``size`` is the requested size on a debug heap, the reserved size
-        (size class or whole pages) otherwise. Leaks at the end of a phase
-        show up here.
+        ``size`` is the requested size on a debug heap (kept outside the
+        arena, so an overrun cannot change it), the reserved size (size class
+        or whole pages) otherwise. Leaks at the end of a phase show up here.
+        Every block ``alloc`` handed out is listed, threads' scoped-scratch
+        chunks too: they are blocks of this heap, but ``usage().live_blocks``
+        leaves them out (it counts ``alloc``/``free`` blocks) and counts them
+        in ``usage().scoped_chunks``, so ``len(heap.live())`` is
+        ``live_blocks + scoped_chunks``. Bump blocks are not listed.
         """
         meta = self._snapshot(self._meta, stream)
         blocks = live_blocks(meta, self.npages)
         if not self.debug:
             return blocks
-        arena = self._snapshot(self._arena, stream)
-        return [(off, requested_size(arena, off, size)) for off, size in blocks]
+        sizes = self._snapshot(self._sizes, stream)
+        return [(off, requested_size(sizes, off, size)) for off, size in blocks]
 
     def check(self, stream=None):
         """Synchronize and raise :class:`HeapCorruption` if misuse was seen.
@@ -270,12 +351,13 @@ class Heap:
         debug = self._snapshot(self._debug, stream)
         meta = self._snapshot(self._meta, stream)
         arena = self._snapshot(self._arena, stream)
-        records = find_corruption(debug, arena, live_blocks(meta, self.npages))
+        sizes = self._snapshot(self._sizes, stream)
+        records = find_corruption(debug, arena, sizes, live_blocks(meta, self.npages))
         if records:
             raise HeapCorruption(describe(records), records)
 
     def _stream(self, stream):
-        return self.stream if stream is None else stream
+        return self.stream if stream is None else _check_stream(stream, "stream")
 
     def _snapshot(self, array, stream):
         self._live()
@@ -293,12 +375,13 @@ class Heap:
         ``memory=``, the new capacity must fit in that buffer.
         """
         self._live()
-        old = (self._arena, self._meta, self._debug, self._ctx, self.requested, self.npages)
+        old = (self._arena, self._meta, self._debug, self._sizes, self._ctx, self.requested,
+               self.npages)
         try:
             with self._on_device():
                 self._build(capacity)
         except Exception:
-            (self._arena, self._meta, self._debug, self._ctx,
+            (self._arena, self._meta, self._debug, self._sizes, self._ctx,
              self.requested, self.npages) = old
             raise
 
@@ -307,22 +390,42 @@ class Heap:
 
         For kernels that are safe to re-run from scratch. Each attempt resets
         the heap, launches ``kernel[griddim, blockdim, stream](*args)`` with
-        every argument that is this heap replaced by ``heap.ctx``, and reads
-        the usage. If allocations failed, the capacity is multiplied by
-        ``growth`` (doubling by default), capped at ``ceiling`` bytes, and the
-        kernel is launched again. Raises :class:`HeapExhausted` when the heap
-        is already at the ceiling and allocations still fail, or after
-        ``max_attempts`` launches.
+        every argument that is this heap (or its ``heap.ctx`` from before the
+        call) replaced by the current ``heap.ctx``, and reads the usage. If
+        allocations failed, the capacity is multiplied by ``growth`` (doubling
+        by default), capped at ``ceiling`` bytes, and the kernel is launched
+        again. Raises :class:`HeapExhausted` when the heap is already at the
+        ceiling and allocations still fail, or after ``max_attempts`` launches.
+
+        A ctx of another heap (or of this heap before a ``resize``) among the
+        arguments raises ValueError: ``run`` counts this heap's failures only,
+        so that heap's failures would go uncounted and ``run`` would report
+        success for a kernel whose allocations failed. ``ceiling`` below the
+        heap's current size (``heap.requested``) raises ValueError: ``run``
+        never shrinks a heap.
 
         :returns: a :class:`RunResult` (final usage, attempts, capacity).
         """
         self._live()
         ceiling = check_capacity(ceiling)
-        if not (isinstance(growth, numbers.Real) and growth > 1):
-            raise ValueError(f"growth must be a number > 1, got {growth!r}")
+        if ceiling < self.requested:
+            raise ValueError(
+                f"ceiling={ceiling} is below the heap's current size of {self.requested} "
+                "bytes: run() grows a heap, never shrinks it; pass a ceiling of at least "
+                f"{self.requested}"
+            )
+        if not (isinstance(growth, numbers.Real) and 1 < growth < math.inf):
+            raise ValueError(f"growth must be a finite number > 1, got {growth!r}")
+        if isinstance(max_attempts, (bool, np.bool_)) or not isinstance(
+            max_attempts, numbers.Integral
+        ):
+            raise TypeError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts}")
+        mine = [self._is_mine(a, i) for i, a in enumerate(args)]
         for attempt in range(1, max_attempts + 1):
             self.reset()
-            real = [self.ctx if a is self else a for a in args]
+            real = [self.ctx if m else a for a, m in zip(args, mine)]
             kernel[griddim, blockdim, self.stream](*real)
             u = self.usage()
             if u.failed == 0:
@@ -336,11 +439,30 @@ class Heap:
             f"allocations still failed after {max_attempts} attempts "
             f"(capacity {self.requested} bytes)", u, max_attempts)
 
+    def _is_mine(self, arg, position):
+        """Return True if ``arg`` is this heap or its current ctx (run() swaps it).
+
+        Raise ValueError for a ctx of another heap, or of this heap before a
+        resize: run() could not count its failures.
+        """
+        if arg is self:
+            return True
+        if not isinstance(arg, (Ctx, DebugCtx)):
+            return False
+        if arg.meta is self._meta and arg.arena is self._arena:
+            return True
+        raise ValueError(
+            f"kernel argument {position} (from 0) is the ctx of another heap (or of this heap "
+            "before a resize): run() counts only this heap's failures and would report "
+            "success while that heap's allocations fail. Pass `heap` (run() passes the "
+            "current heap.ctx to each attempt)"
+        )
+
     def close(self):
         """Release the heap's device memory (not ``memory=``'s). Idempotent."""
         if not self._closed:
             self._closed = True
-            self._arena = self._meta = self._ctx = self._debug = None
+            self._arena = self._meta = self._ctx = self._debug = self._sizes = None
 
     @property
     def closed(self):

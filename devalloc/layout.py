@@ -507,9 +507,15 @@ def scope_depth(s):
 #   [0]                      records written (and attempted beyond the room)
 #   [RECORD_BASE + i * RECORD_WORDS + field]   record i, fields below
 # A debug block of n requested bytes is a normal block of at least
-# debug_inner_size(n) bytes: [0, n) the user's, [n, n + GUARD) guard bytes,
-# [size - 8, size) n as a little-endian int64 (size: the block's real size).
+# max(n + GUARD, DEBUG_MIN_BLOCK) bytes: [0, n) the user's, [n, n + GUARD)
+# guard bytes. n itself is kept outside the arena, where no overrun reaches
+# it: the debug heap's ``sizes`` array (uint16, one entry per DEBUG_MIN_BLOCK
+# bytes of arena) holds the block's slack, its real size minus n (below
+# PAGE + GUARD, so it fits), at index offset >> DEBUG_SLOT_SHIFT. Debug
+# blocks are at least DEBUG_MIN_BLOCK bytes apart, so two never share one.
 GUARD = 8
+DEBUG_SLOT_SHIFT = 5
+DEBUG_MIN_BLOCK = 1 << DEBUG_SLOT_SHIFT
 GUARD_BYTE = 0xFD
 POISON_BYTE = 0xDB
 RECORDS = 64
@@ -532,9 +538,9 @@ def record_word(i, field):
 
 
 @register_jitable
-def debug_inner_size(n):
-    """Return the bytes a debug block of ``n`` requested bytes takes (n > 0)."""
-    return ((n + 7) // 8) * 8 + GUARD + 8
+def debug_size_slots(npages):
+    """Return the number of ``sizes`` entries of a debug heap of ``npages`` pages."""
+    return npages << (PAGE_SHIFT - DEBUG_SLOT_SHIFT)
 
 
 # ============================================================ ties
@@ -549,3 +555,4 @@ assert BUMP_CHUNK_PAGES * PAGE <= BUMP_CURSOR_MASK
 assert SCOPE_MAX_CHUNK + PAGE == (SCOPE_CURSOR_MASK + 1) << ALIGN_SHIFT
 assert CHUNK_SIZE + 8 <= SCOPE_HEADER
 assert DEBUG_WORDS == record_word(RECORDS, R_KIND)
+assert PAGE + GUARD < 1 << 16  # a debug block's slack fits a uint16 sizes entry

@@ -31,8 +31,10 @@ class Usage:
     size class of a small block, whole pages of a large one); ``allocs``,
     ``frees`` and ``live_blocks`` count ``alloc``/``free`` blocks only. Bump
     blocks and scoped scratch are counted apart: ``bump_allocs``,
-    ``bump_bytes`` and ``scoped_bytes`` (whole chunks), and they are in
-    ``reserved`` and ``peak``. ``reserved``
+    ``bump_bytes``, ``scoped_chunks`` and ``scoped_bytes`` (whole chunks),
+    and they are in ``reserved`` and ``peak``. Threads' scoped chunks are
+    blocks of the heap, so ``Heap.live()`` lists them:
+    ``len(heap.live()) == live_blocks + scoped_chunks``. ``reserved``
     counts whole pages held by slabs and large blocks, and ``peak`` is the
     high-water mark of ``reserved``: the capacity this epoch needed. Like
     RMM's statistics, ``capacity - in_use`` does not say which request will
@@ -60,6 +62,9 @@ class Usage:
     scope_misuse: int = 0
     #: Live blocks of whole pages (over 8 KiB), scoped chunks included.
     large_blocks: int = 0
+    #: Scoped-scratch chunks threads hold now: blocks that ``Heap.live()``
+    #: lists and ``live_blocks`` leaves out.
+    scoped_chunks: int = 0
 
     def suggest_capacity(self, headroom=0.25):
         """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.
@@ -147,6 +152,7 @@ def usage_from_meta(meta, npages):
         scoped_bytes=scoped_bytes,
         scope_misuse=misuse,
         large_blocks=large_live,
+        scoped_chunks=chunks_live,
     )
 
 

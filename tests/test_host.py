@@ -185,13 +185,13 @@ def test_layout_constants_are_re_exported_unchanged():
 
 TYPES_SCRIPT = """
 import numpy as np, numba, devalloc
-b, w = np.zeros(4, np.uint8), np.zeros(4, np.int64)
+b, w, h = np.zeros(4, np.uint8), np.zeros(4, np.int64), np.zeros(4, np.uint16)
 print(numba.typeof(devalloc.Ctx(b, w)))
 print(devalloc.ctx_type)
 print(numba.typeof(devalloc.Ctx(b, w)) == devalloc.ctx_type)
-print(numba.typeof(devalloc.DebugCtx(b, w, w)))
+print(numba.typeof(devalloc.DebugCtx(b, w, w, h)))
 print(devalloc.debug_ctx_type)
-print(numba.typeof(devalloc.DebugCtx(b, w, w)) == devalloc.debug_ctx_type)
+print(numba.typeof(devalloc.DebugCtx(b, w, w, h)) == devalloc.debug_ctx_type)
 """
 
 

@@ -51,7 +51,7 @@ def test_scope_state_helpers():
     s = L.pack_scope(4096, 64, 3)
     assert L.scope_advance(s, 48) == L.pack_scope(4096, 112, 3)
     assert L.align_up(1) == 16 and L.align_up(16) == 16 and L.align_up(17) == 32
-    assert L.debug_inner_size(1) == 8 + L.GUARD + 8
+    assert L.debug_size_slots(2) == 2 * L.PAGE // L.DEBUG_MIN_BLOCK
 
 
 def test_size_class_constants_are_tied_together():

@@ -1,12 +1,13 @@
 """Debug heaps' ``alloc`` and ``free``: guard bytes, poison, a record of misuse.
 
 Used only for heaps made with ``Heap(capacity, debug=True)``, whose ``ctx``
-is a :class:`~devalloc.ctx.DebugCtx` (a third array, ``debug``). The public
-``alloc`` and ``free`` pick these functions at compile time from the ctx's
-type (:mod:`devalloc.device.api`), so a normal heap's compiled code has no
-debug branch. The block layout (user bytes, guard, requested size) and the
-record words are in layout.py, "debug record". Records are appended with
-one ``add`` on ``debug[0]``; only the first RECORDS are kept.
+is a :class:`~devalloc.ctx.DebugCtx` (two more arrays, ``debug`` and
+``sizes``). The public ``alloc`` and ``free`` pick these functions at compile
+time from the ctx's type (:mod:`devalloc.device.api`), so a normal heap's
+compiled code has no debug branch. The block layout (user bytes, guard) and
+the record words are in layout.py, "debug record"; the requested size is
+kept outside the arena, in ``sizes``, where no overrun reaches it. Records
+are appended with one ``add`` on ``debug[0]``; only the first RECORDS are kept.
 """
 
 from numba import cuda, int64
@@ -62,21 +63,20 @@ def _block_size(meta, npages, off):
 def alloc(ctx, nbytes):
     """Debug ``alloc``: as :func:`devalloc.device.core.alloc`, plus guard bytes.
 
-    Costs the normal atomics plus GUARD + 8 plain byte stores.
+    Costs the normal atomics plus GUARD plain byte stores and one store of
+    the block's slack in ``ctx.sizes``.
     """
     n = int64(nbytes)
     inner = n
     if n > 0:
-        inner = L.debug_inner_size(n)
+        inner = max(n + L.GUARD, L.DEBUG_MIN_BLOCK)
     off = core.alloc(ctx, inner)
     if off != L.NULL:
         arena = ctx.arena
         for j in range(L.GUARD):
             arena[off + n + j] = L.GUARD_BYTE
         npages = arena.shape[0] >> L.PAGE_SHIFT
-        end = off + _block_size(ctx.meta, npages, off) - 8
-        for j in range(8):
-            arena[end + j] = (n >> (8 * j)) & 0xFF
+        ctx.sizes[off >> L.DEBUG_SLOT_SHIFT] = _block_size(ctx.meta, npages, off) - n
     return off
 
 
@@ -98,11 +98,9 @@ def free(ctx, off):
     if size == 0:
         _record(ctx.debug, L.KIND_INVALID_FREE, o)
     else:
-        n = int64(0)
-        for j in range(8):
-            n |= int64(arena[o + size - 8 + j]) << (8 * j)
+        n = size - int64(ctx.sizes[o >> L.DEBUG_SLOT_SHIFT])
         bad = False
-        if n < 0 or n + L.GUARD > size - 8:
+        if n < 0 or n + L.GUARD > size:
             bad = True
         else:
             for j in range(L.GUARD):

@@ -5,7 +5,8 @@ of array passed into the function as argument"), so ``view`` cannot be an
 ordinary device function. An intrinsic is inlined at the LLVM level and
 builds the array structure (data pointer, shape, strides) directly over the
 arena, with no allocation and no call. On the simulator, where intrinsics do
-not run, :func:`view_simulated` stands in (``devalloc.view`` picks it there).
+not run, :func:`view_simulated` stands in (``devalloc.view`` picks it there);
+it refuses the arguments the GPU's typing refuses, with the same TypingError.
 """
 
 from llvmlite import ir
@@ -26,6 +27,19 @@ def element_type(dtype):
     )
 
 
+def check_view_args(off, count, dtype):
+    """Return the element type of a view, given its arguments' Numba types.
+
+    Raises the TypingError a kernel gets (on the GPU, at compile time; on the
+    simulator, at the call) when ``off`` or ``count`` is not an integer or
+    ``dtype`` is not a scalar type.
+    """
+    if not isinstance(off, types.Integer) or not isinstance(count, types.Integer):
+        raise TypingError(
+            f"devalloc.view: off and count must be integers, got {off} and {count}")
+    return element_type(dtype)
+
+
 @intrinsic
 def view(typingctx, ctx, off, count, dtype):
     """Return a 1-D array of ``count`` items of ``dtype`` at byte ``off``.
@@ -34,9 +48,7 @@ def view(typingctx, ctx, off, count, dtype):
     ``[off, off + count * itemsize)`` is not inside the arena (for example
     ``off`` is NULL), the result is an empty array at offset 0.
     """
-    if not isinstance(off, types.Integer) or not isinstance(count, types.Integer):
-        raise TypingError("devalloc.view: off and count must be integers")
-    elem = element_type(dtype)
+    elem = check_view_args(off, count, dtype)
     arena_ty = ctx[0]
     retty = types.Array(elem, 1, "C")
     sig = retty(ctx, off, count, dtype)
@@ -84,17 +96,26 @@ def view(typingctx, ctx, off, count, dtype):
     return sig, codegen
 
 
-def view_simulated(ctx, off, count, dtype):
-    """Simulator stand-in for :func:`view`, with the same range rule."""
-    import numpy as np
+def _typeof(value):
+    """Return the Numba type of ``value``, or its repr if Numba has none."""
+    from numba import typeof
 
-    arena = ctx.arena
     try:
-        dtype = np.dtype(dtype)  # np.float32, 'f4', np.dtype(...)
-    except TypeError:
-        from numba.np.numpy_support import as_dtype
+        return typeof(value)
+    except ValueError:
+        return repr(value)
 
-        dtype = as_dtype(dtype)  # numba.float32, numba.int64 ...
+
+def view_simulated(ctx, off, count, dtype):
+    """Simulator stand-in for :func:`view`: the same range rule, the same typing errors."""
+    from numba.np.numpy_support import as_dtype
+
+    from ..ctx import Ctx, DebugCtx
+
+    if not isinstance(ctx, (Ctx, DebugCtx)):
+        raise TypeError(f"devalloc.view: ctx must be heap.ctx, got {type(ctx).__name__}")
+    arena = ctx.arena
+    dtype = as_dtype(check_view_args(_typeof(off), _typeof(count), _typeof(dtype)))
     itemsize = dtype.itemsize
     size = arena.shape[0]
     off = int(off)

@@ -27,7 +27,11 @@ their bytes) let ``usage()`` report scoped scratch as ``scoped_bytes`` and
 keep it out of ``allocs``, ``frees``, ``live_blocks`` and ``in_use``.
 Misuse (a scoped call with no open scope, a release of a mark that is not
 the innermost open scope, nesting deeper than 255) changes nothing and is
-counted in ``usage().scope_misuse``.
+counted in ``usage().scope_misuse``. So does a state that cannot be this
+heap's (one from another heap, or corrupted): before a chunk's header is
+read, its offset is checked to lie in this arena with a sane size
+(:func:`_chunk_ok`), so no state makes ``scoped`` or ``release`` touch
+memory outside the arena.
 """
 
 from numba import cuda, int64
@@ -52,6 +56,24 @@ def _word(arena, off):
 def _set_word(arena, off, v):
     for j in range(8):
         arena[off + j] = (v >> (8 * j)) & 0xFF
+
+
+@cuda.jit(device=True)
+def _chunk_ok(arena, c):
+    """Return True if offset ``c`` can be a chunk of this heap.
+
+    Its offset 16-aligned, its header inside the arena, and the size in
+    the header a multiple of 16 between one header plus 16 bytes and
+    SCOPE_MAX_CHUNK that ends inside the arena. Plain loads of the thread's
+    own header; a state or link from another heap (or corrupted) fails.
+    """
+    end = arena.shape[0]
+    if c < 0 or c % L.ALIGN != 0 or c > end - L.SCOPE_HEADER:
+        return False
+    size = _word(arena, c + L.CHUNK_SIZE)
+    if size % L.ALIGN != 0 or size <= L.SCOPE_HEADER or size > L.SCOPE_MAX_CHUNK:
+        return False
+    return size <= end - c
 
 
 @cuda.jit(device=True)
@@ -126,9 +148,16 @@ def _new_chunk(ctx, prev, size, have):
 
 @cuda.jit(device=True)
 def _free_from(ctx, c):
-    """Free chunk ``c`` and every chunk after it in the chain."""
+    """Free chunk ``c`` and every chunk after it in the chain.
+
+    A link that is not a chunk of this heap (:func:`_chunk_ok`) ends the walk
+    and counts a misuse: the chunks past it are left, nothing is touched.
+    """
     for _ in range(MAX_CHAIN):
         if c < 0:
+            return
+        if not _chunk_ok(ctx.arena, c):
+            _count(ctx.meta, L.S_SCOPE_MISUSE)
             return
         nxt = _word(ctx.arena, c + L.CHUNK_NEXT) - 1
         _free_chunk(ctx, c)
@@ -137,10 +166,13 @@ def _free_from(ctx, c):
 
 @cuda.jit(device=True)
 def _first(arena, c):
-    """Return the first chunk of the chain through ``c`` (``c`` >= 0)."""
+    """Return the first chunk of the chain through ``c`` (``c`` >= 0, checked).
+
+    Stops at a link that is not a chunk of this heap (:func:`_chunk_ok`).
+    """
     for _ in range(MAX_CHAIN):
         p = _word(arena, c + L.CHUNK_PREV) - 1
-        if p < 0:
+        if not _chunk_ok(arena, p):
             return c
         c = p
     return c
@@ -155,8 +187,9 @@ def scoped(ctx, s, nbytes):
     ``alloc`` and three striped counter ``add``s. On a debug heap, the bytes
     handed out are checked to be still poisoned (see ``release``). The offset is a multiple
     of 16. On failure returns ``(NULL, s)`` and counts it in ``failed`` (and
-    in ``scope_misuse`` when no scope is open); ``nbytes <= 0`` or more than
-    the largest chunk holds fail.
+    in ``scope_misuse`` when no scope is open, or when ``s`` or its chunk's
+    link cannot be this heap's: see :func:`_chunk_ok`); ``nbytes <= 0`` or
+    more than the largest chunk holds fail.
     """
     s = int64(s)
     n = int64(nbytes)
@@ -175,11 +208,19 @@ def scoped(ctx, s, nbytes):
     cursor = L.scope_cursor(s)
     have = int64(0)
     if chunk >= 0:
+        if cursor < L.SCOPE_HEADER or not _chunk_ok(arena, chunk):
+            _count(meta, L.S_SCOPE_MISUSE)  # not a state of this heap
+            _count(meta, L.S_FAILED)
+            return int64(L.NULL), s
         have = _word(arena, chunk + L.CHUNK_SIZE)
         if cursor + size <= have:
             api.scratch_check(ctx, chunk + cursor, size)
             return chunk + cursor, L.scope_advance(s, size)
         spare = _word(arena, chunk + L.CHUNK_NEXT) - 1
+        if spare >= 0 and not _chunk_ok(arena, spare):
+            _count(meta, L.S_SCOPE_MISUSE)  # a corrupted link
+            _count(meta, L.S_FAILED)
+            return int64(L.NULL), s
         if spare >= 0:
             if L.SCOPE_HEADER + size <= _word(arena, spare + L.CHUNK_SIZE):
                 api.scratch_check(ctx, spare + L.SCOPE_HEADER, size)
@@ -197,8 +238,9 @@ def release(ctx, s, m):
     """Close the scope whose mark is ``m``; return the state before ``mark``.
 
     The calling thread only. ``m`` must be the innermost open scope of state
-    ``s``: otherwise nothing changes, a misuse is counted and ``s`` is
-    returned. The chunks stay with the thread for its next scopes until the
+    ``s``: otherwise (or when ``s``'s chain of chunks up to ``m``'s cannot be
+    this heap's, see :func:`_chunk_ok`) nothing changes, a misuse is counted
+    and ``s`` is returned. The chunks stay with the thread for its next scopes until the
     outermost scope closes, which frees them all: one ``free`` and three
     striped ``add``s each. No atomics otherwise. On a debug heap the bytes
     given back are poisoned, so that a write to them before they are handed
@@ -214,13 +256,17 @@ def release(ctx, s, m):
     arena = ctx.arena
     chunk = L.scope_chunk(s)
     mchunk = L.scope_chunk(m)
-    # m's chunk must be in our chain at or before ours (-1: the chain's start).
+    bad = chunk >= 0 and (L.scope_cursor(s) < L.SCOPE_HEADER or not _chunk_ok(arena, chunk))
+    bad = bad or (mchunk >= 0 and L.scope_cursor(m) < L.SCOPE_HEADER)
+    # m's chunk must be in our chain at or before ours (-1: the chain's start);
+    # every chunk on the way is checked before its header is read.
     c = chunk
     steps = 0
-    while c != mchunk and c >= 0 and steps < MAX_CHAIN:
+    while not bad and c != mchunk and c >= 0 and steps < MAX_CHAIN:
         c = _word(arena, c + L.CHUNK_PREV) - 1
+        bad = c >= 0 and not _chunk_ok(arena, c)
         steps += 1
-    if c != mchunk or (mchunk == chunk and L.scope_cursor(m) > L.scope_cursor(s)):
+    if bad or c != mchunk or (mchunk == chunk and L.scope_cursor(m) > L.scope_cursor(s)):
         _count(meta, L.S_SCOPE_MISUSE)
         return s
     if depth == 1:

@@ -1,0 +1,393 @@
+"""Bad input and misuse (issue 15): a clear error, or NULL and a count.
+
+Never a false success and never an access outside the arena. On the
+simulator, except the GPU typing checks, which compile in a subprocess
+with the real CUDA target (no GPU needed).
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numba
+import numpy as np
+import pytest
+from numba import cuda
+from numba.core.errors import TypingError
+
+import devalloc
+from devalloc import host
+from devalloc import layout as L
+
+
+@cuda.jit
+def needs_scratch(ctx, nbytes, out):
+    # Safe to re-run: every thread allocates and records its offset.
+    i = cuda.grid(1)
+    out[i] = devalloc.alloc(ctx, nbytes)
+
+
+@cuda.jit
+def alloc_one(ctx, nbytes, out):
+    out[0] = devalloc.alloc(ctx, nbytes)
+
+
+@cuda.jit
+def free_one(ctx, off):
+    devalloc.free(ctx, off)
+
+
+@cuda.jit
+def hold_scope(ctx, nbytes, out):
+    # Opens a scope, takes one scoped block, keeps the scope open.
+    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    off, s = devalloc.scoped(ctx, s, nbytes)
+    out[0] = off
+    out[1] = s
+
+
+@cuda.jit
+def scoped_with(ctx, s, nbytes, out):
+    off, s2 = devalloc.scoped(ctx, s, nbytes)
+    out[0] = off
+    out[1] = s2
+
+
+@cuda.jit
+def release_with(ctx, s, m, out):
+    out[0] = devalloc.release(ctx, s, m)
+
+
+@cuda.jit
+def fill_doubles(ctx, off, count):
+    # count float64 of 1.0 from off: past the block's end when count is too large.
+    a = devalloc.view(ctx, off, count, np.float64)
+    for j in range(a.shape[0]):
+        a[j] = 1.0
+
+
+@cuda.jit
+def view_str_dtype(ctx, off, out):
+    out[0] = devalloc.view(ctx, off, 4, "f4").shape[0]
+
+
+@cuda.jit
+def view_float_count(ctx, off, out):
+    out[0] = devalloc.view(ctx, off, 2.5, np.float32).shape[0]
+
+
+# ---------------------------------------------------------------- run()
+def test_run_with_heap_ctx_counts_every_attempt():
+    # heap.ctx rather than heap: after a resize the old ctx would point at
+    # the discarded heap, and every later failure would go uncounted.
+    heap = devalloc.Heap(L.capacity_for_pages(4))
+    out = cuda.device_array(96, np.int64)
+    result = heap.run(needs_scratch, 3, 32, heap.ctx, 2048, out, ceiling=1 << 20)
+    assert (result.usage.failed, result.usage.allocs, result.attempts) == (0, 96, 3)
+    assert (out.copy_to_host() != devalloc.NULL).all()
+
+
+def test_run_refuses_a_ctx_it_cannot_count():
+    heap = devalloc.Heap(L.capacity_for_pages(2))
+    other = devalloc.Heap(L.capacity_for_pages(2))
+    out = cuda.device_array(96, np.int64)
+    with pytest.raises(ValueError, match=r"argument 0 .* another heap.*Pass `heap`"):
+        heap.run(needs_scratch, 3, 32, other.ctx, 2048, out, ceiling=1 << 20)
+    stale = heap.ctx
+    heap.resize(L.capacity_for_pages(3))
+    with pytest.raises(ValueError, match="before a resize"):
+        heap.run(needs_scratch, 3, 32, stale, 2048, out, ceiling=1 << 20)
+    assert heap.usage().allocs == 0 and other.usage().allocs == 0  # nothing launched
+
+
+@pytest.mark.parametrize("bad,error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
+                                       (True, TypeError), ("3", TypeError)])
+def test_run_max_attempts_is_validated(bad, error):
+    heap = devalloc.Heap(L.capacity_for_pages(2))
+    out = cuda.device_array(1, np.int64)
+    with pytest.raises(error, match="max_attempts must be an integer >= 1"):
+        heap.run(needs_scratch, 1, 1, heap, 16, out, ceiling=1 << 20, max_attempts=bad)
+
+
+def test_run_ceiling_below_the_heap_is_refused_truthfully():
+    heap = devalloc.Heap(1 << 20)
+    out = cuda.device_array(1, np.int64)
+    with pytest.raises(ValueError, match=f"ceiling=524288 is below the heap's current size of "
+                                         f"{1 << 20} bytes"):
+        heap.run(needs_scratch, 1, 1, heap, 16, out, ceiling=524288)
+    assert heap.requested == 1 << 20 and heap.usage().allocs == 0
+    for growth in (float("inf"), float("nan"), 1, True):
+        with pytest.raises(ValueError, match="growth"):
+            heap.run(needs_scratch, 1, 1, heap, 16, out, ceiling=2 << 20, growth=growth)
+
+
+# ---------------------------------------------------- scoped and release
+def _snapshot(heap):
+    return heap.arena.copy_to_host()
+
+
+def _scoped(heap, s, nbytes):
+    out = cuda.device_array(2, np.int64)
+    scoped_with[1, 1](heap.ctx, s, nbytes, out)
+    return out.copy_to_host().tolist()
+
+
+def _release(heap, s, m):
+    out = cuda.device_array(1, np.int64)
+    release_with[1, 1](heap.ctx, s, m, out)
+    return int(out.copy_to_host()[0])
+
+
+def _patterned(pages):
+    # A heap whose arena holds a known pattern: no header can be read as sane.
+    heap = devalloc.Heap(L.capacity_for_pages(pages))
+    heap.arena.copy_to_device(np.full(heap.capacity, 0xEE, np.uint8))
+    return heap
+
+
+def test_a_scope_state_of_another_heap_is_null_and_counted():
+    big = devalloc.Heap(L.capacity_for_pages(8))
+    out = cuda.device_array(10, np.int64)
+    needs_scratch[1, 10](big.ctx, 8192, out)         # five pages of 8 KiB slabs first
+    hold_scope[1, 1](big.ctx, 100, out)
+    off, foreign = out.copy_to_host()[:2].tolist()
+    assert off > 2 * L.PAGE and L.scope_chunk(foreign) >= 5 * L.PAGE
+    small = _patterned(2)
+    before = _snapshot(small)
+    assert _scoped(small, foreign, 64) == [devalloc.NULL, foreign]
+    outer = L.pack_scope(-1, 0, 1)
+    assert _release(small, foreign, outer) == foreign
+    u = small.usage()
+    assert (u.scope_misuse, u.failed, u.reserved, u.scoped_bytes) == (2, 1, 0, 0)
+    np.testing.assert_array_equal(_snapshot(small), before)
+
+
+@pytest.mark.parametrize("state", [
+    pytest.param(lambda cap: L.pack_scope(cap - 16, 48, 1), id="header-past-the-end"),
+    pytest.param(lambda cap: L.pack_scope(cap + L.PAGE, 48, 1), id="beyond-the-arena"),
+    pytest.param(lambda cap: L.pack_scope(L.PAGE, 48, 1), id="garbage-header"),
+    pytest.param(lambda cap: L.pack_scope((1 << 35) - 16, 48, 3), id="far-away"),
+])
+def test_a_corrupted_scope_state_is_null_and_counted(state):
+    heap = _patterned(2)
+    before = _snapshot(heap)
+    s = state(heap.capacity)
+    assert _scoped(heap, s, 64) == [devalloc.NULL, s]
+    depth = L.scope_depth(s)
+    assert _release(heap, s, L.pack_scope(-1, 0, depth)) == s
+    u = heap.usage()
+    assert (u.scope_misuse, u.failed, u.reserved) == (2, 1, 0)
+    np.testing.assert_array_equal(_snapshot(heap), before)
+
+
+def test_a_scope_state_whose_cursor_points_into_the_header_is_refused():
+    heap = devalloc.Heap(L.capacity_for_pages(2))
+    out = cuda.device_array(2, np.int64)
+    hold_scope[1, 1](heap.ctx, 100, out)
+    off, s = out.copy_to_host().tolist()
+    chunk = L.scope_chunk(s)
+    forged = L.pack_scope(chunk, 0, 1)             # would hand out the chunk's header
+    assert _scoped(heap, forged, 16) == [devalloc.NULL, forged]
+    assert heap.usage().scope_misuse == 1
+    assert _scoped(heap, s, 16)[0] == off + 112    # the real state still works
+
+
+def test_a_corrupted_chunk_link_is_not_followed():
+    heap = devalloc.Heap(L.capacity_for_pages(2))
+    out = cuda.device_array(2, np.int64)
+    hold_scope[1, 1](heap.ctx, 100, out)
+    off, s = out.copy_to_host().tolist()
+    chunk = L.scope_chunk(s)
+    arena = _snapshot(heap)
+    arena[chunk + 8:chunk + 16] = np.array([1 << 40], np.int64).view(np.uint8)  # next link
+    heap.arena.copy_to_device(arena)
+    # Too big for the chunk: scoped would look at the (corrupted) next chunk.
+    assert _scoped(heap, s, 4000) == [devalloc.NULL, s]
+    u = heap.usage()
+    assert (u.scope_misuse, u.failed) == (1, 1)
+    # The outermost release frees the chunk and stops at the bad link.
+    assert _release(heap, s, L.pack_scope(-1, 0, 1)) == devalloc.SCOPE_NONE
+    u = heap.usage()
+    assert (u.scope_misuse, u.scoped_bytes, u.reserved) == (2, 0, 0)
+
+
+# ------------------------------------------------------------ debug heaps
+def test_debug_reports_the_requested_size_after_an_overrun_reaches_the_block_end():
+    heap = devalloc.Heap(L.capacity_for_pages(2), debug=True)
+    out = cuda.device_array(1, np.int64)
+    alloc_one[1, 1](heap.ctx, 64, out)
+    off = int(out.copy_to_host()[0])
+    fill_doubles[1, 1](heap.ctx, off, 64 // 8 + 4)  # 32 bytes past the 64: the block's end
+    assert heap.live() == [(off, 64)]
+    with pytest.raises(devalloc.HeapCorruption,
+                       match=f"guard bytes overwritten at offset {off} \\(requested 64 B\\)"):
+        heap.check()
+    free_one[1, 1](heap.ctx, off)
+    with pytest.raises(devalloc.HeapCorruption) as e:
+        heap.check()
+    assert [(r.kind, r.offset) for r in e.value.records] == [("guard bytes overwritten", off)]
+    assert heap.usage().live_blocks == 0 and heap.live() == []
+
+
+def test_debug_heap_names_a_free_beyond_its_arena_as_another_heaps_offset():
+    heap = devalloc.Heap(L.capacity_for_pages(2), debug=True)
+    free_one[1, 1](heap.ctx, 5 * L.PAGE)
+    with pytest.raises(devalloc.HeapCorruption,
+                       match=f"invalid free at offset {5 * L.PAGE} .*another heap"):
+        heap.check()
+    assert heap.usage().invalid_frees == 1
+
+
+def test_live_and_live_blocks_agree_through_scoped_chunks():
+    heap = devalloc.Heap(L.capacity_for_pages(4))
+    out = cuda.device_array(2, np.int64)
+    alloc_one[1, 1](heap.ctx, 100, out)
+    alloc_one[1, 1](heap.ctx, 300, out)
+    hold_scope[1, 1](heap.ctx, 100, out)
+    u = heap.usage()
+    assert (u.live_blocks, u.scoped_chunks) == (2, 1)
+    assert len(heap.live()) == u.live_blocks + u.scoped_chunks
+    assert "scoped" in devalloc.Heap.live.__doc__ and "live_blocks" in devalloc.Heap.live.__doc__
+
+
+# ------------------------------------------------------------- memory=
+def test_memory_names_one_minimum_and_a_buffer_of_that_size_works_at_any_address():
+    minimum = host.MIN_MEMORY
+    said = set()
+    for size in (1000, L.MIN_CAPACITY, minimum - 1):
+        with pytest.raises(ValueError, match="too small") as e:
+            devalloc.Heap(memory=cuda.device_array(size, np.uint8))
+        said.update(int(n) for n in re.findall(r"at least (\d+) bytes", str(e.value)))
+    assert said == {minimum}
+    big = cuda.device_array(minimum + 256, np.uint8)
+    for k in range(256):   # every offset from a 256-byte boundary
+        heap = devalloc.Heap(memory=big[k:k + minimum])
+        assert heap.npages == 1 and heap.requested == minimum
+    with pytest.raises(ValueError, match=f"at least {minimum} bytes"):
+        devalloc.Heap(minimum - 1, memory=big)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"at least {minimum:,} B" in readme
+
+
+# ------------------------------------------------------ other arguments
+@pytest.mark.parametrize("stream", ["x", None, 1, 1.0, True])
+def test_stream_is_validated(stream):
+    with pytest.raises(TypeError, match="stream= must be 0 .* or a Numba CUDA stream"):
+        devalloc.Heap(L.capacity_for_pages(2), stream=stream)
+    heap = devalloc.Heap(L.capacity_for_pages(2))
+    for call in (heap.usage, heap.reset, heap.live):
+        if stream is not None:   # None: the heap's own stream
+            with pytest.raises(TypeError, match="stream must be 0"):
+                call(stream=stream)
+
+
+def test_streams_that_are_allowed():
+    for stream in (0, np.int64(0), cuda.stream(), cuda.default_stream()):
+        heap = devalloc.Heap(L.capacity_for_pages(2), stream=stream)
+        assert heap.usage(stream=stream).allocs == 0
+
+
+@pytest.mark.parametrize("debug", ["no", "yes", 1, 0, None, [True]])
+def test_debug_must_be_a_bool(debug):
+    with pytest.raises(TypeError, match="debug= must be True or False"):
+        devalloc.Heap(L.capacity_for_pages(2), debug=debug)
+
+
+def test_debug_accepts_bools():
+    for debug in (True, False, np.bool_(True)):
+        assert devalloc.Heap(L.capacity_for_pages(2), debug=debug).debug is bool(debug)
+
+
+def test_a_heap_larger_than_the_simulators_host_memory_is_out_of_memory():
+    ram = host._host_memory()
+    capacity = L.capacity_for_pages(-(-int(ram) // L.PAGE) + 1)
+    if capacity > L.capacity_for_pages(L.MAX_PAGES):
+        pytest.skip("this host has more memory than the largest heap")
+    with pytest.raises(devalloc.OutOfMemoryError, match=f"{capacity} bytes exceeds the host"):
+        devalloc.Heap(capacity)
+
+
+def test_numpys_memory_error_becomes_out_of_memory(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise MemoryError("Unable to allocate 1.00 GiB for an array")
+
+    monkeypatch.setattr(cuda, "device_array", refuse)
+    with pytest.raises(devalloc.OutOfMemoryError, match="could not allocate") as e:
+        devalloc.Heap(1 << 20)
+    assert isinstance(e.value.__cause__, MemoryError)
+
+
+def test_a_heap_given_to_a_kernel_says_to_pass_heap_ctx():
+    heap = devalloc.Heap(L.capacity_for_pages(2))
+    out = cuda.device_array(1, np.int64)
+    with pytest.raises(AttributeError, match="pass heap.ctx"):
+        alloc_one[1, 1](heap, 16, out)
+    with pytest.raises(TypeError, match="ctx must be heap.ctx"):
+        view_str_dtype[1, 1](heap, 0, out)
+    with pytest.raises(TypeError, match="pass heap.ctx"):
+        numba.typeof(heap)
+    assert heap.arena is heap.ctx.arena   # the public attribute is untouched
+
+
+# ------------------------------------------- simulator and GPU agree on view
+GPU_SCRIPT = """
+import json
+import numpy as np
+from numba import cuda, types
+import devalloc
+from devalloc import aot
+
+def k_str(ctx, off, out):
+    out[0] = devalloc.view(ctx, off, 4, "f4").shape[0]
+
+def k_float(ctx, off, out):
+    out[0] = devalloc.view(ctx, off, 2.5, np.float32).shape[0]
+
+def k_alloc(ctx, n, out):
+    out[0] = devalloc.alloc(ctx, n)
+
+got = {}
+for name, k in (("str", k_str), ("float", k_float)):
+    try:
+        aot.compile_ptx(k, (devalloc.ctx_type, types.int64, types.int64[::1]))
+        got[name] = None
+    except Exception as e:
+        got[name] = [type(e).__name__, str(e)]
+heap = object.__new__(devalloc.Heap)    # no GPU here: typing is what is tried
+try:
+    cuda.jit(k_alloc)[1, 1](heap, 16, np.zeros(1, np.int64))
+    got["heap"] = None
+except Exception as e:
+    got["heap"] = [type(e).__name__, str(e)]
+print(json.dumps(got))
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu_errors():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, "-c", GPU_SCRIPT], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("kernel,name,says", [
+    (view_str_dtype, "str", "devalloc.view: dtype must be a NumPy or Numba scalar type"),
+    (view_float_count, "float", "devalloc.view: off and count must be integers"),
+])
+def test_view_refuses_on_the_simulator_what_the_gpu_refuses(gpu_errors, kernel, name, says):
+    kind, message = gpu_errors[name]
+    assert kind == "TypingError" and says in message
+    heap = devalloc.Heap(L.capacity_for_pages(2))
+    out = cuda.device_array(1, np.int64)
+    with pytest.raises(TypingError, match=re.escape(says)):
+        kernel[1, 1](heap.ctx, 0, out)
+
+
+def test_a_heap_given_to_a_kernel_on_the_gpu_target_says_to_pass_heap_ctx(gpu_errors):
+    kind, message = gpu_errors["heap"]
+    assert kind == "TypeError" and "pass heap.ctx" in message
