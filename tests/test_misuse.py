@@ -183,12 +183,17 @@ def test_a_corrupted_scope_state_is_null_and_counted(state):
     np.testing.assert_array_equal(_snapshot(heap), before)
 
 
-def test_a_scope_state_whose_cursor_points_into_the_header_is_refused():
+def _held_scope():
+    # A heap in which one thread holds an open scope: (heap, offset, state, chunk).
     heap = devalloc.Heap(L.capacity_for_pages(2))
     out = cuda.device_array(2, np.int64)
     hold_scope[1, 1](heap.ctx, 100, out)
     off, s = out.copy_to_host().tolist()
-    chunk = L.scope_chunk(s)
+    return heap, off, s, L.scope_chunk(s)
+
+
+def test_a_scope_state_whose_cursor_points_into_the_header_is_refused():
+    heap, off, s, chunk = _held_scope()
     forged = L.pack_scope(chunk, 0, 1)             # would hand out the chunk's header
     assert _scoped(heap, forged, 16) == [devalloc.NULL, forged]
     assert heap.usage().scope_misuse == 1
@@ -196,11 +201,7 @@ def test_a_scope_state_whose_cursor_points_into_the_header_is_refused():
 
 
 def test_a_corrupted_chunk_link_is_not_followed():
-    heap = devalloc.Heap(L.capacity_for_pages(2))
-    out = cuda.device_array(2, np.int64)
-    hold_scope[1, 1](heap.ctx, 100, out)
-    off, s = out.copy_to_host().tolist()
-    chunk = L.scope_chunk(s)
+    heap, off, s, chunk = _held_scope()
     arena = _snapshot(heap)
     arena[chunk + 8:chunk + 16] = np.array([1 << 40], np.int64).view(np.uint8)  # next link
     heap.arena.copy_to_device(arena)
