@@ -19,17 +19,13 @@ imports numba (numba reads ``NUMBA_ENABLE_CUDASIM`` once, at import), so this
 module imports neither numba nor ``kernels`` at the top, and the package's
 ``__init__`` is lazy.
 
-Where the examples come from: ``kernels/`` lives at the repository root,
-beside ``devalloc/``, and is not an installed package. The command puts that
-root (found from this file's own path) first on ``sys.path``, so the demo
-works from the repository root and from any other directory with an
-editable install (``pip install -e .``). An installation without the
-repository (a wheel) has no examples and says so.
+Where the examples come from: the repository's top-level ``kernels/``
+folder is installed as ``devalloc.examples`` (see ``devalloc._examples``),
+so the demo works from any directory after ``pip install`` (or ``-e``), and
+from a checkout on ``PYTHONPATH``.
 """
 
 import argparse
-import importlib
-import inspect
 import json
 import math
 import sys
@@ -47,8 +43,6 @@ EXAMPLES = {
 DEFAULT_EXAMPLE = "ragged_walks"
 DEFAULT_THREADS = 256
 DEFAULT_SEED = 1
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class _Progress:
@@ -124,48 +118,30 @@ def _require_matplotlib():
 
 
 def import_example(name):
-    """Import ``kernels.<name>`` from the repository root; call after choose()."""
-    if not (REPO_ROOT / "kernels" / "__init__.py").is_file():
+    """Import example ``name`` (``devalloc.examples.<name>``); call after choose()."""
+    from . import _examples
+
+    try:
+        return _examples.load(name)
+    except ModuleNotFoundError as e:
+        if e.name not in (_examples.NAME, f"{_examples.NAME}.{name}"):
+            raise
         raise SystemExit(
-            "devalloc demo: the examples live in the repository's kernels/ folder, "
-            f"which is not beside this devalloc ({REPO_ROOT}); run it from a clone "
-            "installed with pip install -e ."
-        )
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    module = importlib.import_module(f"kernels.{name}")
-    if REPO_ROOT not in Path(module.__file__).resolve().parents:
-        raise SystemExit(
-            f"devalloc demo: 'kernels' was imported from {module.__file__}, not from "
-            f"the repository at {REPO_ROOT}; another package named kernels is in the way"
-        )
-    return module
+            f"devalloc demo: the example {name} is not installed with this devalloc "
+            f"({e}); reinstall devalloc (pip install devalloc, or pip install -e . "
+            "in a clone)"
+        ) from e
 
 
 def run_example(name, threads, seed, progress):
-    """Run example ``name``; return its result dict with the common keys filled in."""
+    """Run example ``name``; return its result (a ``devalloc.examples._mc.Result``)."""
     module = import_example(name)
-    kwargs = {"threads": threads, "seed": seed}
-    params = inspect.signature(module.run).parameters
-    if "progress" in params:
-        kwargs["progress"] = progress
-    else:
-        progress(f"running {name}: heap version, then its worst-case twin")
-    if name == "two_pass_variance":
-        kwargs["capacity"] = (1 << 20) + 256 * threads
-    r = dict(module.run(**kwargs))
-    if name == "two_pass_variance":
-        r.setdefault("answer_name", "mean sample variance")
-        r.setdefault("answer", r["mean_variance"])
-        r.setdefault("expected", r["expected_variance"])
-        r.setdefault("expected_label", "exact, 1/12")
-    r.setdefault("expected", None)
-    r.setdefault("expected_label", "exact")
-    r.setdefault("snapshot", None)
-    r.setdefault("snapshot_label", None)
-    if hasattr(module, "summary_lines"):
-        r["summary_lines"] = module.summary_lines(r)
-    return r
+    return module.run(threads=threads, seed=seed, progress=progress)
+
+
+def example_script(path):
+    """Run the demo for the example in file ``path`` with the script's arguments; exit."""
+    sys.exit(main(["demo", "--example", Path(path).stem, *sys.argv[1:]]))
 
 
 def _finite(x):
@@ -189,42 +165,33 @@ def _json_value(v):
     raise TypeError(type(v).__name__)
 
 
-#: Result keys reported at the top level of the summary (or not at all).
-_TOP = {"answer_name", "answer", "stderr", "expected", "expected_label", "identical",
-        "heap_peak_bytes", "worst_case_bytes", "usage", "snapshot", "snapshot_label",
-        "summary_lines"}
-
-
 def summary(name, target, threads, seed, r, seconds):
     """Return the JSON-ready summary of one run."""
-    usage = r["usage"]
-    saved = int(r["worst_case_bytes"]) - int(r["heap_peak_bytes"])
+    saved = int(r.worst_case_bytes) - int(r.heap_peak_bytes)
     details = {}
-    for k, v in r.items():
-        if k in _TOP:
-            continue
+    for k, v in r.details().items():
         try:
             details[k] = _json_value(v)
         except TypeError:
             pass  # arrays and Usage objects: not part of the summary
-    snap = r.get("snapshot")
     return {
         "example": name,
         "target": target,
         "threads": threads,
         "seed": seed,
-        "answer_name": r["answer_name"],
-        "answer": _finite(r["answer"]),
-        "stderr": _finite(r["stderr"]),
-        "expected": _finite(r.get("expected")),
-        "expected_label": r["expected_label"],
-        "identical": bool(r["identical"]),
-        "heap_peak_bytes": int(r["heap_peak_bytes"]),
-        "worst_case_bytes": int(r["worst_case_bytes"]),
+        "answer_name": r.answer_name,
+        "answer": _finite(r.answer),
+        "stderr": _finite(r.stderr),
+        "expected": _finite(r.expected),
+        "expected_label": r.expected_label,
+        "identical": bool(r.identical),
+        "heap_peak_bytes": int(r.heap_peak_bytes),
+        "worst_case_bytes": int(r.worst_case_bytes),
         "saved_bytes": saved,
-        "saved_fraction": saved / r["worst_case_bytes"] if r["worst_case_bytes"] else 0.0,
-        "usage": usage.to_dict(),
-        "snapshot": None if snap is None else {"label": r["snapshot_label"], "usage": snap.to_dict()},
+        "saved_fraction": saved / r.worst_case_bytes if r.worst_case_bytes else 0.0,
+        "usage": r.usage.to_dict(),
+        "snapshot": None if r.snapshot is None
+        else {"label": r.snapshot_label, "usage": r.snapshot.to_dict()},
         "details": details,
         "seconds": round(seconds, 3),
     }
@@ -242,18 +209,12 @@ def format_text(s, r):
 
     lines = [f"devalloc demo: {s['example']}, {s['threads']} threads, seed {s['seed']}, "
              f"on {_where(s['target'])}"]
-    if r.get("summary_lines"):
-        lines += r["summary_lines"]
-    else:
-        ans = f"{s['answer_name']}: {r['answer']:.6g} +- {r['stderr']:.2g}"
-        if s["expected"] is not None:
-            ans += f" ({r['expected_label']}: {s['expected']:.6g})"
-        lines.append(ans)
+    lines += r.summary_lines()
     lines.append("identical to the worst-case version: "
                  + ("yes, bit for bit" if s["identical"] else "NO"))
-    if r.get("snapshot") is not None:
-        lines += ["", format_usage(r["snapshot"], f"heap usage {r['snapshot_label']}")]
-    lines += ["", format_usage(r["usage"], "heap usage at the end"), ""]
+    if r.snapshot is not None:
+        lines += ["", format_usage(r.snapshot, f"heap usage {r.snapshot_label}")]
+    lines += ["", format_usage(r.usage, "heap usage at the end"), ""]
     peak, worst, saved = s["heap_peak_bytes"], s["worst_case_bytes"], s["saved_bytes"]
     lines.append(f"heap peak {peak} B ({human_bytes(peak)}) vs worst-case "
                  f"preallocation {worst} B ({human_bytes(worst)})")
@@ -264,7 +225,7 @@ def format_text(s, r):
         lines.append(f"the heap needed {-saved} B ({human_bytes(-saved)}) more than "
                      "the worst case at this size: whole pages per size class "
                      "outweigh small worst cases")
-    if s["target"] == "simulator" and r.get("snapshot") is None:
+    if s["target"] == "simulator" and r.snapshot is None:
         lines.append("(the simulator runs one block of threads at a time, so blocks "
                      "freed inside a kernel overlap less than on a GPU, and by how much "
                      "depends on Python's thread switching: this peak varies between runs)")
@@ -281,8 +242,8 @@ def plot(path, s, r):
     from .report import human_bytes
 
     fig, (occ, foot) = plt.subplots(1, 2, figsize=(12, 4.5))
-    snap = r.get("snapshot") or r["usage"]
-    label = r.get("snapshot_label") or "at the end"
+    snap = r.snapshot or r.usage
+    label = r.snapshot_label or "at the end"
     sizes = sorted(snap.classes)
     if sizes:
         kib = 1.0 / 1024
@@ -310,7 +271,7 @@ def plot(path, s, r):
 
     bars = [("worst-case\npreallocation", s["worst_case_bytes"], "tab:red"),
             ("heap peak\n(pages reserved)", s["heap_peak_bytes"], "tab:blue")]
-    if r.get("snapshot") is not None:
+    if r.snapshot is not None:
         bars.append((f"heap in use\n{label}", snap.in_use, "tab:cyan"))
     names = [b[0] for b in bars]
     values = [b[1] / 1024 for b in bars]
