@@ -59,18 +59,28 @@ class _Progress:
         print(f"[{self.elapsed():6.1f}s] {msg}", file=self.stream, flush=True)
 
 
-def _positive_int(text):
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+def _integer(text, low, high, allowed):
+    """Return ``text`` as an int in [low, high); else say what is ``allowed``.
+
+    argparse names a ``type=`` function in its message when it raises
+    ValueError ("invalid _positive_int value"): every bad value is an
+    ArgumentTypeError that says what was given and what is allowed.
+    """
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or not low <= n < high:
+        raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}")
     return n
+
+
+def _positive_int(text):
+    return _integer(text, 1, math.inf, "a positive integer")
 
 
 def _seed(text):
-    n = int(text)
-    if not 0 <= n < 1 << 64:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**64), got {text}")
-    return n
+    return _integer(text, 0, 1 << 64, "an integer in [0, 2**64)")
 
 
 def build_parser():

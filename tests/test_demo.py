@@ -103,3 +103,17 @@ def test_text_report_of_every_example(example, capsys):
     assert "worst-case preallocation" in text
     assert "memory saved:" in text or "more than the worst case" in text
     assert "done in" in out.err
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--threads", "abc", "must be a positive integer, got 'abc'"),
+    ("--threads", "2.5", "must be a positive integer, got '2.5'"),
+    ("--seed", "x", "must be an integer in [0, 2**64), got 'x'"),
+])
+def test_a_bad_number_is_named_in_words_not_by_the_parsers_function(option, value, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["demo", option, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: {says}" in err
+    assert "invalid" not in err and "_positive_int" not in err and "_seed" not in err
