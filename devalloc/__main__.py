@@ -28,6 +28,7 @@ from a checkout on ``PYTHONPATH``.
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -110,7 +111,9 @@ def build_parser():
     d.add_argument("--json", action="store_true",
                    help="print one JSON object instead of the report")
     d.add_argument("--plot", metavar="FILE.png",
-                   help="also draw size-class occupancy and footprints (needs matplotlib)")
+                   help="also draw size-class occupancy and footprints to FILE.png (any "
+                        "extension matplotlib writes; a folder gets EXAMPLE.png; needs "
+                        "matplotlib)")
     return p
 
 
@@ -125,6 +128,34 @@ def _require_matplotlib():
             "pip install -e '.[plot]')"
         )
     return None
+
+
+def plot_path(text, example):
+    """Return the file ``--plot text`` writes; raise ValueError saying why it cannot.
+
+    A folder gets ``<example>.png`` in it; a name without an extension gets
+    ``.png`` (matplotlib would append it without saying so). The extension
+    must be one matplotlib writes, and the folder must exist and be
+    writable: checked before the simulation, not after it.
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        path = path / f"{example}.png"
+    elif not path.suffix:
+        path = path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    ext = path.suffix[1:].lower()
+    if ext not in formats:
+        raise ValueError(f"--plot {text}: matplotlib cannot write .{ext} files (it writes "
+                         + ", ".join("." + f for f in sorted(formats)) + ")")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"--plot {text}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"--plot {text}: {path} cannot be written (permissions)")
+    return path
 
 
 def import_example(name):
@@ -304,8 +335,14 @@ def plot(path, s, r):
 
 def demo(args):
     """Run ``python -m devalloc demo``; return the exit status."""
+    plot_to = None
     if args.plot:
         problem = _require_matplotlib()
+        if not problem:
+            try:
+                plot_to = plot_path(args.plot, args.example)
+            except ValueError as e:
+                problem = str(e)
         if problem:
             print(f"devalloc demo: {problem}", file=sys.stderr)
             return 2
@@ -317,9 +354,9 @@ def demo(args):
     r = run_example(args.example, args.threads, args.seed, progress)
     s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())
     progress(f"done in {s['seconds']:.1f} s")
-    if args.plot:
-        plot(args.plot, s, r)
-        progress(f"plot written to {args.plot}")
+    if plot_to:
+        plot(plot_to, s, r)
+        progress(f"plot written to {plot_to}")
     if args.json:
         print(json.dumps(s))
     else:
