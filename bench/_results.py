@@ -79,9 +79,12 @@ def write_section(section, path=RESULTS):
 
 
 def add_root_to_path():
-    """Make ``devalloc`` and ``kernels`` importable from a checkout."""
+    """Make ``devalloc`` and its examples (``devalloc.examples``) importable from a checkout."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    from devalloc import _examples
+
+    _examples.package()  # this checkout's kernels/, whatever the venv has installed
 
 
 def use_simulator():

@@ -258,8 +258,8 @@ def measure_step_scratch(timer, n=STEP_THREADS):
     from numba import cuda
 
     import devalloc
-    from kernels import _mc
-    from kernels import step_scratch as S
+    from devalloc.examples import _mc
+    from devalloc.examples import step_scratch as S
 
     s = timer.stream
     grid = (n + BLOCK - 1) // BLOCK
@@ -375,11 +375,12 @@ def compile_only(ccs, assemble=False):
     """Compile every kernel to PTX for each cc; return one dict per kernel and cc."""
     from devalloc import aot
     import _gpu_kernels as K
-    from kernels import step_scratch as S
+    from devalloc.examples import _mc
+    from devalloc.examples import step_scratch as S
 
     jobs = [(name, K.kernel(name), sig) for name, sig in K.SIGNATURES.items()]
     jobs += [(f"step_scratch.{name}", getattr(S, name), sig)
-             for name, sig in S.signatures().items()]
+             for name, sig in _mc.signatures(S.SIGNATURES).items()]
     out = []
     for cc in ccs:
         for name, fn, sig in jobs:

@@ -1,6 +1,6 @@
 """Per-step scratch: scoped vs alloc/free vs worst case, on the simulator.
 
-Runs ``kernels/step_scratch.py`` (three versions of a path simulation whose
+Runs ``kernels/step_scratch.py`` (``devalloc.examples.step_scratch``) (three versions of a path simulation whose
 every time step needs a buffer of a run-time size) and writes, per version,
 the answer check, the heap's peak, the worst-case bytes and the atomics per
 allocation counted by ``devalloc.sim.atomics.count_atomics``.
@@ -17,7 +17,7 @@ from _results import (add_root_to_path, header, markdown_table, simulator_enviro
 use_simulator()  # before numba is imported
 add_root_to_path()
 
-from kernels import step_scratch as S  # noqa: E402
+from devalloc.examples import step_scratch as S  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/step_scratch.py"
 THREADS = (32, 96)
@@ -28,11 +28,11 @@ def section(results):
             ("atomics / allocation", "r"), ("identical", "l")]
     rows = []
     for threads, r in results:
-        for name in ("scoped", "alloc_free"):
-            v = r[name]
-            rows.append([threads, name.replace("_", "/"), f"{v['peak']:,} B",
-                         f"{r['worst_case_bytes']:,} B", f"{v['atomics_per_alloc']:.2f}",
-                         str(r["identical"])])
+        for name, peak, atomics in (
+                ("scoped", r.heap_peak_bytes, r.scoped_atomics_per_alloc),
+                ("alloc/free", r.alloc_free_peak_bytes, r.alloc_free_atomics_per_alloc)):
+            rows.append([threads, name, f"{peak:,} B", f"{r.worst_case_bytes:,} B",
+                         f"{atomics:.2f}", str(r.identical)])
     lines = header("Per-step scratch (kernels/step_scratch.py)", COMMAND, simulator_environment())
     lines += [
         f"{S.NSTEPS} steps per path, each needing 1 to {S.MAX_K} floats. Scoped scratch "
@@ -55,7 +55,7 @@ def main(argv=None):
     if not a.no_write:
         write_section(text)
     print(text)
-    return 0 if all(r["identical"] for _, r in results) else 1
+    return 0 if all(r.identical for _, r in results) else 1
 
 
 if __name__ == "__main__":

@@ -19,19 +19,16 @@ imports numba (numba reads ``NUMBA_ENABLE_CUDASIM`` once, at import), so this
 module imports neither numba nor ``kernels`` at the top, and the package's
 ``__init__`` is lazy.
 
-Where the examples come from: ``kernels/`` lives at the repository root,
-beside ``devalloc/``, and is not an installed package. The command puts that
-root (found from this file's own path) first on ``sys.path``, so the demo
-works from the repository root and from any other directory with an
-editable install (``pip install -e .``). An installation without the
-repository (a wheel) has no examples and says so.
+Where the examples come from: the repository's top-level ``kernels/``
+folder is installed as ``devalloc.examples`` (see ``devalloc._examples``),
+so the demo works from any directory after ``pip install`` (or ``-e``), and
+from a checkout on ``PYTHONPATH``.
 """
 
 import argparse
-import importlib
-import inspect
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -48,8 +45,6 @@ DEFAULT_EXAMPLE = "ragged_walks"
 DEFAULT_THREADS = 256
 DEFAULT_SEED = 1
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 
 class _Progress:
     """Phase lines on stderr, stamped with the seconds since the start."""
@@ -65,18 +60,28 @@ class _Progress:
         print(f"[{self.elapsed():6.1f}s] {msg}", file=self.stream, flush=True)
 
 
-def _positive_int(text):
-    n = int(text)
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+def _integer(text, low, high, allowed):
+    """Return ``text`` as an int in [low, high); else say what is ``allowed``.
+
+    argparse names a ``type=`` function in its message when it raises
+    ValueError ("invalid _positive_int value"): every bad value is an
+    ArgumentTypeError that says what was given and what is allowed.
+    """
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or not low <= n < high:
+        raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}")
     return n
+
+
+def _positive_int(text):
+    return _integer(text, 1, math.inf, "a positive integer")
 
 
 def _seed(text):
-    n = int(text)
-    if not 0 <= n < 1 << 64:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**64), got {text}")
-    return n
+    return _integer(text, 0, 1 << 64, "an integer in [0, 2**64)")
 
 
 def build_parser():
@@ -106,7 +111,9 @@ def build_parser():
     d.add_argument("--json", action="store_true",
                    help="print one JSON object instead of the report")
     d.add_argument("--plot", metavar="FILE.png",
-                   help="also draw size-class occupancy and footprints (needs matplotlib)")
+                   help="also draw size-class occupancy and footprints to FILE.png (any "
+                        "extension matplotlib writes; a folder gets EXAMPLE.png; needs "
+                        "matplotlib)")
     return p
 
 
@@ -123,49 +130,59 @@ def _require_matplotlib():
     return None
 
 
+def plot_path(text, example):
+    """Return the file ``--plot text`` writes; raise ValueError saying why it cannot.
+
+    A folder gets ``<example>.png`` in it; a name without an extension gets
+    ``.png`` (matplotlib would append it without saying so). The extension
+    must be one matplotlib writes, and the folder must exist and be
+    writable: checked before the simulation, not after it.
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    path = Path(text).expanduser()
+    if path.is_dir():
+        path = path / f"{example}.png"
+    elif not path.suffix:
+        path = path.with_name(path.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    ext = path.suffix[1:].lower()
+    if ext not in formats:
+        raise ValueError(f"--plot {text}: matplotlib cannot write .{ext} files (it writes "
+                         + ", ".join("." + f for f in sorted(formats)) + ")")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"--plot {text}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"--plot {text}: {path} cannot be written (permissions)")
+    return path
+
+
 def import_example(name):
-    """Import ``kernels.<name>`` from the repository root; call after choose()."""
-    if not (REPO_ROOT / "kernels" / "__init__.py").is_file():
+    """Import example ``name`` (``devalloc.examples.<name>``); call after choose()."""
+    from . import _examples
+
+    try:
+        return _examples.load(name)
+    except ModuleNotFoundError as e:
+        if e.name not in (_examples.NAME, f"{_examples.NAME}.{name}"):
+            raise
         raise SystemExit(
-            "devalloc demo: the examples live in the repository's kernels/ folder, "
-            f"which is not beside this devalloc ({REPO_ROOT}); run it from a clone "
-            "installed with pip install -e ."
-        )
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    module = importlib.import_module(f"kernels.{name}")
-    if REPO_ROOT not in Path(module.__file__).resolve().parents:
-        raise SystemExit(
-            f"devalloc demo: 'kernels' was imported from {module.__file__}, not from "
-            f"the repository at {REPO_ROOT}; another package named kernels is in the way"
-        )
-    return module
+            f"devalloc demo: the example {name} is not installed with this devalloc "
+            f"({e}); reinstall devalloc (pip install devalloc, or pip install -e . "
+            "in a clone)"
+        ) from e
 
 
 def run_example(name, threads, seed, progress):
-    """Run example ``name``; return its result dict with the common keys filled in."""
+    """Run example ``name``; return its result (a ``devalloc.examples._mc.Result``)."""
     module = import_example(name)
-    kwargs = {"threads": threads, "seed": seed}
-    params = inspect.signature(module.run).parameters
-    if "progress" in params:
-        kwargs["progress"] = progress
-    else:
-        progress(f"running {name}: heap version, then its worst-case twin")
-    if name == "two_pass_variance":
-        kwargs["capacity"] = (1 << 20) + 256 * threads
-    r = dict(module.run(**kwargs))
-    if name == "two_pass_variance":
-        r.setdefault("answer_name", "mean sample variance")
-        r.setdefault("answer", r["mean_variance"])
-        r.setdefault("expected", r["expected_variance"])
-        r.setdefault("expected_label", "exact, 1/12")
-    r.setdefault("expected", None)
-    r.setdefault("expected_label", "exact")
-    r.setdefault("snapshot", None)
-    r.setdefault("snapshot_label", None)
-    if hasattr(module, "summary_lines"):
-        r["summary_lines"] = module.summary_lines(r)
-    return r
+    return module.run(threads=threads, seed=seed, progress=progress)
+
+
+def example_script(path):
+    """Run the demo for the example in file ``path`` with the script's arguments; exit."""
+    sys.exit(main(["demo", "--example", Path(path).stem, *sys.argv[1:]]))
 
 
 def _finite(x):
@@ -189,42 +206,33 @@ def _json_value(v):
     raise TypeError(type(v).__name__)
 
 
-#: Result keys reported at the top level of the summary (or not at all).
-_TOP = {"answer_name", "answer", "stderr", "expected", "expected_label", "identical",
-        "heap_peak_bytes", "worst_case_bytes", "usage", "snapshot", "snapshot_label",
-        "summary_lines"}
-
-
 def summary(name, target, threads, seed, r, seconds):
     """Return the JSON-ready summary of one run."""
-    usage = r["usage"]
-    saved = int(r["worst_case_bytes"]) - int(r["heap_peak_bytes"])
+    saved = int(r.worst_case_bytes) - int(r.heap_peak_bytes)
     details = {}
-    for k, v in r.items():
-        if k in _TOP:
-            continue
+    for k, v in r.details().items():
         try:
             details[k] = _json_value(v)
         except TypeError:
             pass  # arrays and Usage objects: not part of the summary
-    snap = r.get("snapshot")
     return {
         "example": name,
         "target": target,
         "threads": threads,
         "seed": seed,
-        "answer_name": r["answer_name"],
-        "answer": _finite(r["answer"]),
-        "stderr": _finite(r["stderr"]),
-        "expected": _finite(r.get("expected")),
-        "expected_label": r["expected_label"],
-        "identical": bool(r["identical"]),
-        "heap_peak_bytes": int(r["heap_peak_bytes"]),
-        "worst_case_bytes": int(r["worst_case_bytes"]),
+        "answer_name": r.answer_name,
+        "answer": _finite(r.answer),
+        "stderr": _finite(r.stderr),
+        "expected": _finite(r.expected),
+        "expected_label": r.expected_label,
+        "identical": bool(r.identical),
+        "heap_peak_bytes": int(r.heap_peak_bytes),
+        "worst_case_bytes": int(r.worst_case_bytes),
         "saved_bytes": saved,
-        "saved_fraction": saved / r["worst_case_bytes"] if r["worst_case_bytes"] else 0.0,
-        "usage": usage.to_dict(),
-        "snapshot": None if snap is None else {"label": r["snapshot_label"], "usage": snap.to_dict()},
+        "saved_fraction": saved / r.worst_case_bytes if r.worst_case_bytes else 0.0,
+        "usage": r.usage.to_dict(),
+        "snapshot": None if r.snapshot is None
+        else {"label": r.snapshot_label, "usage": r.snapshot.to_dict()},
         "details": details,
         "seconds": round(seconds, 3),
     }
@@ -242,18 +250,12 @@ def format_text(s, r):
 
     lines = [f"devalloc demo: {s['example']}, {s['threads']} threads, seed {s['seed']}, "
              f"on {_where(s['target'])}"]
-    if r.get("summary_lines"):
-        lines += r["summary_lines"]
-    else:
-        ans = f"{s['answer_name']}: {r['answer']:.6g} +- {r['stderr']:.2g}"
-        if s["expected"] is not None:
-            ans += f" ({r['expected_label']}: {s['expected']:.6g})"
-        lines.append(ans)
+    lines += r.summary_lines()
     lines.append("identical to the worst-case version: "
                  + ("yes, bit for bit" if s["identical"] else "NO"))
-    if r.get("snapshot") is not None:
-        lines += ["", format_usage(r["snapshot"], f"heap usage {r['snapshot_label']}")]
-    lines += ["", format_usage(r["usage"], "heap usage at the end"), ""]
+    if r.snapshot is not None:
+        lines += ["", format_usage(r.snapshot, f"heap usage {r.snapshot_label}")]
+    lines += ["", format_usage(r.usage, "heap usage at the end"), ""]
     peak, worst, saved = s["heap_peak_bytes"], s["worst_case_bytes"], s["saved_bytes"]
     lines.append(f"heap peak {peak} B ({human_bytes(peak)}) vs worst-case "
                  f"preallocation {worst} B ({human_bytes(worst)})")
@@ -264,7 +266,7 @@ def format_text(s, r):
         lines.append(f"the heap needed {-saved} B ({human_bytes(-saved)}) more than "
                      "the worst case at this size: whole pages per size class "
                      "outweigh small worst cases")
-    if s["target"] == "simulator" and r.get("snapshot") is None:
+    if s["target"] == "simulator" and r.snapshot is None:
         lines.append("(the simulator runs one block of threads at a time, so blocks "
                      "freed inside a kernel overlap less than on a GPU, and by how much "
                      "depends on Python's thread switching: this peak varies between runs)")
@@ -281,8 +283,8 @@ def plot(path, s, r):
     from .report import human_bytes
 
     fig, (occ, foot) = plt.subplots(1, 2, figsize=(12, 4.5))
-    snap = r.get("snapshot") or r["usage"]
-    label = r.get("snapshot_label") or "at the end"
+    snap = r.snapshot or r.usage
+    label = r.snapshot_label or "at the end"
     sizes = sorted(snap.classes)
     if sizes:
         kib = 1.0 / 1024
@@ -310,7 +312,7 @@ def plot(path, s, r):
 
     bars = [("worst-case\npreallocation", s["worst_case_bytes"], "tab:red"),
             ("heap peak\n(pages reserved)", s["heap_peak_bytes"], "tab:blue")]
-    if r.get("snapshot") is not None:
+    if r.snapshot is not None:
         bars.append((f"heap in use\n{label}", snap.in_use, "tab:cyan"))
     names = [b[0] for b in bars]
     values = [b[1] / 1024 for b in bars]
@@ -333,8 +335,14 @@ def plot(path, s, r):
 
 def demo(args):
     """Run ``python -m devalloc demo``; return the exit status."""
+    plot_to = None
     if args.plot:
         problem = _require_matplotlib()
+        if not problem:
+            try:
+                plot_to = plot_path(args.plot, args.example)
+            except ValueError as e:
+                problem = str(e)
         if problem:
             print(f"devalloc demo: {problem}", file=sys.stderr)
             return 2
@@ -346,9 +354,9 @@ def demo(args):
     r = run_example(args.example, args.threads, args.seed, progress)
     s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())
     progress(f"done in {s['seconds']:.1f} s")
-    if args.plot:
-        plot(args.plot, s, r)
-        progress(f"plot written to {args.plot}")
+    if plot_to:
+        plot(plot_to, s, r)
+        progress(f"plot written to {plot_to}")
     if args.json:
         print(json.dumps(s))
     else:

@@ -2,9 +2,10 @@
 
 Each module pairs a heap version (``devalloc.alloc``/``view``/``free``) with
 its worst-case-preallocation twin, and its ``run(threads=, seed=)`` returns
-the answer with its statistical error, ``identical`` (both versions agree
-bit for bit), ``heap_peak_bytes``, ``worst_case_bytes`` and the heap's
-``usage``:
+a dataclass (a subclass of ``_mc.Result``): the answer with its statistical
+error, ``identical`` (both versions agree bit for bit),
+``heap_peak_bytes``, ``worst_case_bytes``, the heap's ``usage`` and the
+example's own figures:
 
 * ``two_pass_variance``: a run-time number of samples, read twice;
 * ``particle_transport``: secondaries on a per-history stack that grows
@@ -12,10 +13,12 @@ bit for bit), ``heap_peak_bytes``, ``worst_case_bytes`` and the heap's
 * ``barrier_option``: only paths near the barrier keep their points, in a
   chain of fixed-size chunks, for a second kernel launch;
 * ``ragged_walks``: every thread emits a variable number of items into a
-  block of exactly its size; a second kernel gathers them into one array.
+  block of exactly its size; a second kernel gathers them into one array;
+* ``step_scratch``: per-time-step buffers, scoped scratch vs alloc/free.
 
-``_mc`` holds the shared host helpers (RNG states, error bars). Run one with
-``python -m devalloc demo --example NAME`` or ``python kernels/NAME.py``.
-This folder is not installed: ``python -m devalloc`` finds it beside
-``devalloc/``.
+``_mc`` is the scaffold they share (RNG states, launches, heaps, the result
+type, signatures). Run one with ``python -m devalloc demo --example NAME``.
+The folder stays at the top of the repository and is installed as
+``devalloc.examples`` (pyproject's ``package-dir``); in a checkout without
+an install, ``devalloc._examples.package()`` gives it that name.
 """

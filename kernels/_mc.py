@@ -1,26 +1,36 @@
-"""Host helpers shared by the example kernels: RNG states and error bars.
+"""The scaffold every example shares: RNG states, launches, heaps, results, signatures.
+
+An example module defines its kernels, a :class:`Result` subclass with its
+own figures, ``SIGNATURES`` (kernel name -> argument types, as words for
+:func:`signatures`), ``worst_case_bytes(threads)``, ``SIM_SECONDS_PER_THREAD``
+and ``run(threads, seed, *, capacity, block, progress, debug)``, which sets
+up a :class:`Runner`, runs the heap version and its worst-case twin on the
+same random numbers and returns its :class:`Result`. Argument parsing and
+the choice of GPU or simulator are the command's: ``python -m devalloc demo``
+(``python kernels/NAME.py`` runs the same command for that example).
 
 ``rng_states(n, seed)`` returns, as a host array, exactly the states that
 ``numba.cuda.random.create_xoroshiro128p_states(n, seed)`` puts on the
 device: thread ``i`` gets the generator seeded by SplitMix64(``seed``) and
-jumped ``i`` times by 2**64 steps, so every thread has its own independent
-stream. Each example uploads one copy of it for the heap version and one for
-its worst-case twin, so both draw the very same numbers.
-
-Why not call ``create_xoroshiro128p_states`` twice? On the CUDA simulator
-numba runs its host seeding in object mode, about 12 ms per thread (3 s for
-256 threads); the same arithmetic on Python integers takes well under a
-millisecond per thread. On a GPU numba's compiled seeding is used.
+jumped ``i`` times by 2**64 steps. Each version uploads its own copy, so
+both draw the very same numbers. On the CUDA simulator numba seeds in object
+mode (about 12 ms per thread); the same arithmetic on Python integers here
+takes well under a millisecond. On a GPU numba's compiled seeding is used.
 
 Importing this module imports numba: call ``devalloc.target.choose()`` first.
 """
 
 import math
 import warnings
+from contextlib import nullcontext
+from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import numpy as np
-from numba import config
+from numba import config, cuda
 from numba.cuda.random import init_xoroshiro128p_states_cpu, xoroshiro128p_dtype
+
+import devalloc
 
 if config.ENABLE_CUDASIM:
     # The simulator runs numba.cuda.random's wrapping uint64 arithmetic on
@@ -33,6 +43,9 @@ if config.ENABLE_CUDASIM:
 _M64 = (1 << 64) - 1
 #: numba.cuda.random's jump polynomial: advance a xoroshiro128+ state by 2**64.
 _JUMP = (0xBEAC0467EBA5FACB, 0xD86B048B86AA9922)
+#: Simulator launches are cut into about this many pieces when a progress
+#: bar is shown, so that it moves (one block at a time runs anyway).
+BAR_STEPS = 100
 
 
 def _rotl(x, k):
@@ -62,32 +75,192 @@ def _splitmix64(seed):
     return z ^ (z >> 31)
 
 
-def rng_states(n, seed):
-    """Return ``n`` xoroshiro128+ states (host array) equal to numba's for ``seed``."""
+def rng_states(n, seed, bar=None):
+    """Return ``n`` xoroshiro128+ states (host array) equal to numba's for ``seed``.
+
+    ``bar``, if given, is told ``update(k)`` as states are made (simulator).
+    """
     states = np.empty(n, dtype=xoroshiro128p_dtype)
     if not config.ENABLE_CUDASIM:
         init_xoroshiro128p_states_cpu(states, seed, 0)  # compiled: fast
         return states
     s0 = s1 = _splitmix64(int(seed) & _M64)
+    tick = max(1, n // BAR_STEPS)
     for i in range(n):
         if i:
             s0, s1 = _jump(s0, s1)
         states[i]["s0"] = s0
         states[i]["s1"] = s1
+        if bar is not None and (i + 1) % tick == 0:
+            bar.update(tick)
+    if bar is not None and n % tick:
+        bar.update(n % tick)
     return states
 
 
 def mean_stderr(x):
-    """Return the mean of ``x`` and its standard error (0.0 for fewer than 2)."""
+    """Return the mean of ``x`` and its standard error.
+
+    The error is None (undefined) for fewer than two values, and the mean
+    NaN for none.
+    """
     x = np.asarray(x, dtype=np.float64)
     if x.size == 0:
-        return 0.0, 0.0
+        return math.nan, None
     if x.size == 1:
-        return float(x[0]), 0.0
+        return float(x[0]), None
     return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size))
+
+
+def pm(value, err, spec=".4f"):
+    """Return ``"value +- err"`` formatted with ``spec``; n/a for what is undefined."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if err is None or not math.isfinite(err):
+        return f"{value:{spec}} +- n/a (one sample)"
+    return f"{value:{spec}} +- {err:{spec}}"
 
 
 def launch_shape(threads, block):
     """Return ``(grid, block)`` covering ``threads`` threads."""
     block = max(1, min(block, threads))
     return (threads + block - 1) // block, block
+
+
+class whole:
+    """A kernel argument that :meth:`Runner.launch` passes whole, never cut per thread."""
+
+    def __init__(self, array):
+        self.array = array
+
+
+class Runner:
+    """One run's set-up: launch shape, RNG states, progress, heaps.
+
+    ``progress`` is None (silent) or a callable taking a phase message; if
+    it also has ``bar(total, desc)`` (a context manager with ``update(n)``,
+    such as a tqdm bar), simulator launches and the seeding report their
+    progress there.
+    """
+
+    def __init__(self, threads, seed, block, progress=None):
+        self.threads = threads
+        self.grid, self.block = launch_shape(threads, block)
+        self.progress = progress
+        bar = getattr(progress, "bar", None)
+        self._bar = bar if bar is not None and config.ENABLE_CUDASIM else None
+        with self.bar(threads, "RNG states") as b:
+            self.seeds = rng_states(threads, seed, b)
+
+    def say(self, msg):
+        """Report the start of a phase."""
+        if self.progress is not None:
+            self.progress(msg)
+
+    def bar(self, total, desc):
+        """Return a progress bar (or a do-nothing stand-in) counting ``total`` threads."""
+        return self._bar(total, desc) if self._bar else nullcontext(None)
+
+    def states(self):
+        """Return a fresh device copy of the RNG states (one per version)."""
+        return cuda.to_device(self.seeds)
+
+    def heap(self, capacity, debug=False, per_thread=256):
+        """Return a new heap (a debug heap if ``debug``).
+
+        ``capacity`` None means 1 MiB plus ``per_thread`` bytes per thread.
+        """
+        return devalloc.Heap(capacity or (1 << 20) + per_thread * self.threads, debug=debug)
+
+    def finish(self, heap, debug=False):
+        """Return ``heap.usage()``; on a debug heap also ``check()`` it (raises on misuse)."""
+        usage = heap.usage()
+        if debug:
+            heap.check()
+        return usage
+
+    def launch(self, kernel, *args):
+        """Launch ``kernel`` over every thread.
+
+        With a progress bar on the simulator, the launch is cut into about
+        BAR_STEPS launches of whole blocks: every argument whose first
+        dimension is the thread count is cut to those threads' rows (a
+        view: the kernel indexes it by ``cuda.grid(1)``); the rest, and any
+        wrapped in :class:`whole`, are passed whole.
+        """
+        plain = [a.array if isinstance(a, whole) else a for a in args]
+        if self._bar is None:
+            kernel[self.grid, self.block](*plain)
+            return
+        rows = [not isinstance(a, whole) and getattr(a, "shape", (None,))[:1] == (self.threads,)
+                for a in args]
+        step = self.block * max(1, self.grid // BAR_STEPS)
+        with self.bar(self.threads, kernel.__name__) as b:
+            for lo in range(0, self.threads, step):
+                hi = min(lo + step, self.threads)
+                cut = [a[lo:hi] if r else a for a, r in zip(plain, rows)]
+                kernel[(hi - lo + self.block - 1) // self.block, self.block](*cut)
+                b.update(hi - lo)
+
+
+@dataclass(kw_only=True)
+class Result:
+    """What an example's ``run`` returns: its answer, the twin check, the memory figures.
+
+    Subclasses add the example's own figures as fields, name the answer and
+    the reference in ``answer_name``/``expected_label``, and write
+    :meth:`summary_lines`. ``snapshot`` is the heap's usage at the moment
+    the example is most interesting (``snapshot_label`` says which), if any.
+    """
+
+    answer_name: ClassVar[str] = "answer"
+    expected_label: ClassVar[str] = "exact"
+    snapshot_label: ClassVar[str | None] = None
+
+    threads: int
+    answer: float
+    #: Standard error of ``answer``; None where undefined (fewer than two samples).
+    stderr: float | None
+    #: The value ``answer`` estimates (None where there is none).
+    expected: float | None
+    #: The heap version and its worst-case twin agree bit for bit.
+    identical: bool
+    heap_peak_bytes: int
+    worst_case_bytes: int
+    #: The heap's usage at the end of the run (a :class:`devalloc.Usage`).
+    usage: object
+    snapshot: object = None
+
+    def details(self):
+        """Return ``{name: value}`` of the fields a subclass adds."""
+        own = {f.name for f in fields(Result)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in own}
+
+    def summary_lines(self):
+        """Return the answer as lines of text."""
+        line = f"{self.answer_name}: {pm(self.answer, self.stderr, '.6g')}"
+        if self.expected is not None:
+            line += f" ({self.expected_label}: {self.expected:.6g})"
+        return [line]
+
+
+#: Argument words of :func:`signatures`: 1-D arrays of these element types.
+_ELEMENTS = ("float32", "float64", "int32", "int64", "boolean")
+
+
+def signatures(table):
+    """Return ``{kernel: argument types}`` for :func:`devalloc.aot.compile_ptx`.
+
+    ``table`` maps a kernel name to its arguments as words: ``ctx`` (a
+    heap's ctx), ``states`` (RNG states), an element type (``int32``,
+    ``float64``, ...: a 1-D C array) or an element type followed by ``[2]``
+    (a 2-D C array).
+    """
+    from numba import types
+    from numba.cuda.random import xoroshiro128p_type
+
+    words = {"ctx": devalloc.ctx_type, "states": types.Array(xoroshiro128p_type, 1, "C")}
+    for name in _ELEMENTS:
+        words[name] = types.Array(getattr(types, name), 1, "C")
+        words[name + "[2]"] = types.Array(getattr(types, name), 2, "C")
+    return {kernel: tuple(words[w] for w in args.split()) for kernel, args in table.items()}

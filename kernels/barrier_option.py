@@ -39,26 +39,25 @@ their payoffs are identical. If the heap cannot serve a chunk (``alloc``
 returns NULL, counted in ``usage().failed``) the path's payoff is NaN, and
 the comparison with the twin says so.
 
-Run: ``python kernels/barrier_option.py [--threads N] [--seed S]``, or
-``python -m devalloc demo --example barrier_option``.
+Run: ``python -m devalloc demo --example barrier_option [--threads N] [--seed S]``
+(or ``python kernels/barrier_option.py`` with the same options).
 """
 
+if __name__ == "__main__":  # python kernels/NAME.py: see _script.py
+    import _script
+
+    _script.run(__file__)
+
 import math
-import os
-import sys
-
-if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from devalloc import target  # imports no numba
-
-    TARGET = target.choose()
+from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
 from numba.cuda.random import xoroshiro128p_uniform_float64
 
 import devalloc
-from kernels import _mc
+
+from . import _mc
 
 SPOT = 100.0
 STRIKE = 100.0
@@ -277,112 +276,88 @@ def exact_price(spot=SPOT, strike=STRIKE, barrier=BARRIER, rate=RATE, sigma=SIGM
     return call - up_in
 
 
+#: Seconds per thread on the CUDA simulator (2 shared cores), for the
+#: command's time estimate: filled in below from a measurement.
+SIM_SECONDS_PER_THREAD = None
+
+
 def worst_case_bytes(threads):
     """Return the bytes the worst-case version preallocates for ``threads``."""
     return threads * (NSTEPS + 1) * 8
 
 
-def run(threads=256, seed=1, capacity=None, block=64, progress=None, debug=False):
-    """Run both versions (two passes each); return the price and memory figures.
+@dataclass(kw_only=True)
+class BarrierResult(_mc.Result):
+    """The option's price, and how many paths kept their points for the second pass."""
 
-    ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``,
-    if given, is called with a short message before each phase. ``debug``
-    runs the heap version on a debug heap and raises ``HeapCorruption`` if
-    it wrote past a block or freed wrongly (``Heap.check``).
+    answer_name = "up-and-out call price"
+    expected_label = "closed form"
+    snapshot_label = "between the passes (kept paths live)"
+
+    paths_kept: int
+    chunks_between_passes: int
+
+    def summary_lines(self):
+        return [
+            f"up-and-out call price {_mc.pm(self.answer, self.stderr)} "
+            f"(closed form, continuous monitoring: {self.expected:.4f})",
+            f"paths kept for the second pass: {self.paths_kept} of {self.threads} "
+            f"({self.chunks_between_passes} chunks of {CHUNK_BYTES} B)",
+        ]
+
+
+def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
+    """Run both versions (two passes each); return a :class:`BarrierResult`.
+
+    ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``
+    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
+    version on a debug heap and raises ``HeapCorruption`` if it wrote past
+    a block or freed wrongly (``Heap.check``).
     """
-    say = progress or (lambda msg: None)
-    grid, block = _mc.launch_shape(threads, block)
-    capacity = capacity or (1 << 20) + 512 * threads
-    seeds = _mc.rng_states(threads, seed)
+    lc = _mc.Runner(threads, seed, block, progress)
 
-    say(f"heap version, pass 1: {threads} paths of {NSTEPS} steps")
-    heap = devalloc.Heap(capacity, debug=debug)
-    states = cuda.to_device(seeds)
+    lc.say(f"heap version, pass 1: {threads} paths of {NSTEPS} steps")
+    heap = lc.heap(capacity, debug, per_thread=512)
+    states = lc.states()
     pay_heap = cuda.device_array(threads, np.float64)
     heads = cuda.device_array(threads, np.int64)
     counts_heap = cuda.device_array(threads, np.int32)
-    barrier_heap[grid, block](heap.ctx, states, pay_heap, heads, counts_heap)
+    lc.launch(barrier_heap, heap.ctx, states, pay_heap, heads, counts_heap)
     between = heap.usage()  # the kept paths, live between the passes
-    say(f"heap version, pass 2: bridge tests on {between.live_blocks} chunks")
-    bridge_heap[grid, block](heap.ctx, states, pay_heap, heads, counts_heap)
-    usage = heap.usage()
-    if debug:
-        heap.check()
+    lc.say(f"heap version, pass 2: bridge tests on {between.live_blocks} chunks")
+    lc.launch(bridge_heap, heap.ctx, states, pay_heap, heads, counts_heap)
+    usage = lc.finish(heap, debug)
 
-    say(f"worst-case version: {threads} x {NSTEPS + 1} points, two passes")
-    states = cuda.to_device(seeds)
+    lc.say(f"worst-case version: {threads} x {NSTEPS + 1} points, two passes")
+    states = lc.states()
     scratch = cuda.device_array((threads, NSTEPS + 1), np.float64)
     pay_ref = cuda.device_array(threads, np.float64)
     counts_ref = cuda.device_array(threads, np.int32)
-    barrier_worst_case[grid, block](scratch, states, pay_ref, counts_ref)
-    bridge_worst_case[grid, block](scratch, states, pay_ref, counts_ref)
+    lc.launch(barrier_worst_case, scratch, states, pay_ref, counts_ref)
+    lc.launch(bridge_worst_case, scratch, states, pay_ref, counts_ref)
 
     a, b = pay_heap.copy_to_host(), pay_ref.copy_to_host()
     ca, cb = counts_heap.copy_to_host(), counts_ref.copy_to_host()
     price, err = _mc.mean_stderr(a)
-    return {
-        "answer_name": "up-and-out call price",
-        "answer": price,
-        "stderr": err,
-        "expected": exact_price(),
-        "expected_label": "closed form",
-        "paths": threads,
-        "paths_kept": int((ca > 0).sum()),
-        "chunks_between_passes": between.live_blocks,
-        "identical": bool(np.array_equal(a, b) and np.array_equal(ca, cb)),
-        "heap_peak_bytes": usage.peak,
-        "heap_in_use_after": usage.in_use,
-        "worst_case_bytes": worst_case_bytes(threads),
-        "snapshot": between,
-        "snapshot_label": "between the passes (kept paths live)",
-        "usage": usage,
-    }
+    return BarrierResult(
+        threads=threads,
+        answer=price,
+        stderr=err,
+        expected=exact_price(),
+        identical=bool(np.array_equal(a, b) and np.array_equal(ca, cb)),
+        heap_peak_bytes=usage.peak,
+        worst_case_bytes=worst_case_bytes(threads),
+        usage=usage,
+        snapshot=between,
+        paths_kept=int((ca > 0).sum()),
+        chunks_between_passes=between.live_blocks,
+    )
 
 
-def signatures():
-    """Return ``{kernel name: argument types}`` for compiling ahead of time."""
-    from numba import types
-    from numba.cuda.random import xoroshiro128p_type
-
-    states = types.Array(xoroshiro128p_type, 1, "C")
-    f64 = types.Array(types.float64, 1, "C")
-    i64 = types.Array(types.int64, 1, "C")
-    i32 = types.Array(types.int32, 1, "C")
-    scratch = types.Array(types.float64, 2, "C")
-    return {
-        "barrier_heap": (devalloc.ctx_type, states, f64, i64, i32),
-        "bridge_heap": (devalloc.ctx_type, states, f64, i64, i32),
-        "barrier_worst_case": (scratch, states, f64, i32),
-        "bridge_worst_case": (scratch, states, f64, i32),
-    }
-
-
-def summary_lines(r):
-    """Return the answer of a :func:`run` result as lines of text."""
-    return [
-        f"up-and-out call price {r['answer']:.4f} +- {r['stderr']:.4f} "
-        f"(closed form, continuous monitoring: {r['expected']:.4f})",
-        f"paths kept for the second pass: {r['paths_kept']} of {r['paths']} "
-        f"({r['chunks_between_passes']} chunks of {CHUNK_BYTES} B)",
-    ]
-
-
-def main(argv=None):
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=256)
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args(argv)
-    r = run(a.threads, a.seed)
-    print(f"ran on: {TARGET}")
-    print("\n".join(summary_lines(r)))
-    print(f"identical to the worst-case version: {r['identical']}")
-    print(r["usage"])
-    print(f"heap peak {r['heap_peak_bytes']} B vs worst-case preallocation "
-          f"{r['worst_case_bytes']} B")
-    return 0 if r["identical"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+#: Kernel name -> argument words of :func:`_mc.signatures`.
+SIGNATURES = {
+    "barrier_heap": "ctx states float64 int64 int32",
+    "bridge_heap": "ctx states float64 int64 int32",
+    "barrier_worst_case": "float64[2] states float64 int32",
+    "bridge_worst_case": "float64[2] states float64 int32",
+}

@@ -35,26 +35,25 @@ are identical. If the heap cannot serve a stack (``alloc`` returns NULL:
 counted in ``usage().failed``) the secondary is dropped and counted as lost,
 and the comparison with the twin says so.
 
-Run: ``python kernels/particle_transport.py [--threads N] [--seed S]``, or
-``python -m devalloc demo --example particle_transport``.
+Run: ``python -m devalloc demo --example particle_transport [--threads N] [--seed S]``
+(or ``python kernels/particle_transport.py`` with the same options).
 """
 
+if __name__ == "__main__":  # python kernels/NAME.py: see _script.py
+    import _script
+
+    _script.run(__file__)
+
 import math
-import os
-import sys
-
-if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from devalloc import target  # imports no numba
-
-    TARGET = target.choose()
+from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda
 from numba.cuda.random import xoroshiro128p_uniform_float64
 
 import devalloc
-from kernels import _mc
+
+from . import _mc
 
 #: Slab thickness, in mean free paths (total cross-section 1).
 THICKNESS = 3.0
@@ -210,106 +209,92 @@ def transport_worst_case(scratch, states, out):
         out[i, LOST] += 1 + depth
 
 
+#: Seconds per thread on the CUDA simulator (2 shared cores), for the
+#: command's time estimate: filled in below from a measurement.
+SIM_SECONDS_PER_THREAD = None
+
+
 def worst_case_bytes(threads):
     """Return the bytes the worst-case version preallocates for ``threads``."""
     return threads * MAX_STACK * ENTRY_BYTES
 
 
-def run(threads=256, seed=1, capacity=None, block=64, progress=None, debug=False):
-    """Run both versions; return a dict with the answer and memory figures.
+@dataclass(kw_only=True)
+class TransportResult(_mc.Result):
+    """Particles transmitted, reflected and absorbed per source particle; the tallies."""
 
-    ``capacity`` defaults to 1 MiB plus 256 bytes per thread. ``progress``,
-    if given, is called with a short message before each phase. ``debug``
-    runs the heap version on a debug heap and raises ``HeapCorruption`` if
-    it wrote past a block or freed wrongly (``Heap.check``).
+    answer_name = "transmitted per source particle"
+    expected_label = "CPU reference, 10**6 histories, +- 0.0005"
+
+    reflected: float
+    reflected_stderr: float | None
+    absorbed: float
+    absorbed_stderr: float | None
+    lost: int
+    histories_with_stack: int
+    max_depth: int
+    #: Per history: the columns TRANSMITTED, REFLECTED, ABSORBED, LOST, MAX_DEPTH.
+    tally: np.ndarray
+
+    def summary_lines(self):
+        return [
+            f"per source particle: transmitted {_mc.pm(self.answer, self.stderr)}, "
+            f"reflected {_mc.pm(self.reflected, self.reflected_stderr)}, "
+            f"absorbed {_mc.pm(self.absorbed, self.absorbed_stderr)}",
+            f"CPU reference (10**6 histories): transmitted {REFERENCE_TRANSMITTED}, "
+            f"reflected {REFERENCE_REFLECTED}; particles lost: {self.lost}",
+            f"histories that needed a stack: {self.histories_with_stack} of "
+            f"{self.threads} (deepest: {self.max_depth} entries; worst case: {MAX_STACK})",
+        ]
+
+
+def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
+    """Run both versions; return a :class:`TransportResult`.
+
+    ``capacity`` defaults to 1 MiB plus 256 bytes per thread. ``progress``
+    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
+    version on a debug heap and raises ``HeapCorruption`` if it wrote past
+    a block or freed wrongly (``Heap.check``).
     """
-    say = progress or (lambda msg: None)
-    grid, block = _mc.launch_shape(threads, block)
-    capacity = capacity or (1 << 20) + 256 * threads
-    seeds = _mc.rng_states(threads, seed)
+    lc = _mc.Runner(threads, seed, block, progress)
 
-    say(f"heap version: {threads} histories")
-    heap = devalloc.Heap(capacity, debug=debug)
+    lc.say(f"heap version: {threads} histories")
+    heap = lc.heap(capacity, debug, per_thread=256)
     out_heap = cuda.device_array((threads, NCOLS), np.int32)
-    transport_heap[grid, block](heap.ctx, cuda.to_device(seeds), out_heap)
-    usage = heap.usage()
-    if debug:
-        heap.check()
+    lc.launch(transport_heap, heap.ctx, lc.states(), out_heap)
+    usage = lc.finish(heap, debug)
 
-    say(f"worst-case version: {threads} x {MAX_STACK} stack entries")
+    lc.say(f"worst-case version: {threads} x {MAX_STACK} stack entries")
     scratch = cuda.device_array((threads, 2 * MAX_STACK), np.float64)
     out_ref = cuda.device_array((threads, NCOLS), np.int32)
-    transport_worst_case[grid, block](scratch, cuda.to_device(seeds), out_ref)
+    lc.launch(transport_worst_case, scratch, lc.states(), out_ref)
 
     a, b = out_heap.copy_to_host(), out_ref.copy_to_host()
     t, t_err = _mc.mean_stderr(a[:, TRANSMITTED])
     r, r_err = _mc.mean_stderr(a[:, REFLECTED])
     ab, ab_err = _mc.mean_stderr(a[:, ABSORBED])
-    return {
-        "answer_name": "transmitted per source particle",
-        "answer": t,
-        "stderr": t_err,
-        "expected": REFERENCE_TRANSMITTED,
-        "expected_label": "CPU reference, 10**6 histories, +- 0.0005",
-        "reflected": r,
-        "reflected_stderr": r_err,
-        "absorbed": ab,
-        "absorbed_stderr": ab_err,
-        "lost": int(a[:, LOST].sum()),
-        "histories_with_stack": int((a[:, MAX_DEPTH] > 0).sum()),
-        "max_depth": int(a[:, MAX_DEPTH].max()) if threads else 0,
-        "tally": a,
-        "identical": bool(np.array_equal(a, b)),
-        "heap_peak_bytes": usage.peak,
-        "heap_in_use_after": usage.in_use,
-        "worst_case_bytes": worst_case_bytes(threads),
-        "usage": usage,
-    }
+    return TransportResult(
+        threads=threads,
+        answer=t,
+        stderr=t_err,
+        expected=REFERENCE_TRANSMITTED,
+        identical=bool(np.array_equal(a, b)),
+        heap_peak_bytes=usage.peak,
+        worst_case_bytes=worst_case_bytes(threads),
+        usage=usage,
+        reflected=r,
+        reflected_stderr=r_err,
+        absorbed=ab,
+        absorbed_stderr=ab_err,
+        lost=int(a[:, LOST].sum()),
+        histories_with_stack=int((a[:, MAX_DEPTH] > 0).sum()),
+        max_depth=int(a[:, MAX_DEPTH].max()) if threads else 0,
+        tally=a,
+    )
 
 
-def signatures():
-    """Return ``{kernel name: argument types}`` for compiling ahead of time."""
-    from numba import types
-    from numba.cuda.random import xoroshiro128p_type
-
-    states = types.Array(xoroshiro128p_type, 1, "C")
-    out = types.Array(types.int32, 2, "C")
-    return {
-        "transport_heap": (devalloc.ctx_type, states, out),
-        "transport_worst_case": (types.Array(types.float64, 2, "C"), states, out),
-    }
-
-
-def summary_lines(r):
-    """Return the answer of a :func:`run` result as lines of text."""
-    return [
-        f"per source particle: transmitted {r['answer']:.4f} +- {r['stderr']:.4f}, "
-        f"reflected {r['reflected']:.4f} +- {r['reflected_stderr']:.4f}, "
-        f"absorbed {r['absorbed']:.4f} +- {r['absorbed_stderr']:.4f}",
-        f"CPU reference (10**6 histories): transmitted {REFERENCE_TRANSMITTED}, "
-        f"reflected {REFERENCE_REFLECTED}; particles lost: {r['lost']}",
-        f"histories that needed a stack: {r['histories_with_stack']} of "
-        f"{r['tally'].shape[0]} (deepest: {r['max_depth']} entries; "
-        f"worst case: {MAX_STACK})",
-    ]
-
-
-def main(argv=None):
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=256)
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args(argv)
-    r = run(a.threads, a.seed)
-    print(f"ran on: {TARGET}")
-    print("\n".join(summary_lines(r)))
-    print(f"identical to the worst-case version: {r['identical']}")
-    print(r["usage"])
-    print(f"heap peak {r['heap_peak_bytes']} B vs worst-case preallocation "
-          f"{r['worst_case_bytes']} B")
-    return 0 if r["identical"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+#: Kernel name -> argument words of :func:`_mc.signatures`.
+SIGNATURES = {
+    "transport_heap": "ctx states int32[2]",
+    "transport_worst_case": "float64[2] states int32[2]",
+}

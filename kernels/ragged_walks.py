@@ -37,26 +37,25 @@ cannot serve a block (``alloc`` returns NULL, counted in
 ``usage().failed``) that walk's items are missing from the compact array
 (left at -1), and the comparison with the twin says so.
 
-Run: ``python kernels/ragged_walks.py [--threads N] [--seed S]``, or
-``python -m devalloc demo --example ragged_walks``.
+Run: ``python -m devalloc demo --example ragged_walks [--threads N] [--seed S]``
+(or ``python kernels/ragged_walks.py`` with the same options).
 """
 
+if __name__ == "__main__":  # python kernels/NAME.py: see _script.py
+    import _script
+
+    _script.run(__file__)
+
 import math
-import os
-import sys
-
-if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from devalloc import target  # imports no numba
-
-    TARGET = target.choose()
+from dataclasses import dataclass
 
 import numpy as np
 from numba import cuda, int64, uint32
 from numba.cuda.random import xoroshiro128p_next
 
 import devalloc
-from kernels import _mc
+
+from . import _mc
 
 #: The walk is absorbed at sites 0 and SITES.
 SITES = 16
@@ -154,6 +153,11 @@ def exact_occupation(sites=SITES, start=START):
     return g
 
 
+#: Seconds per thread on the CUDA simulator (2 shared cores), for the
+#: command's time estimate: filled in below from a measurement.
+SIM_SECONDS_PER_THREAD = None
+
+
 def worst_case_bytes(threads):
     """Return the bytes the worst-case version preallocates for ``threads``."""
     return threads * MAX_STEPS * ITEM_BYTES
@@ -166,44 +170,75 @@ def _starts(counts):
     return starts
 
 
-def run(threads=256, seed=1, capacity=None, block=64, progress=None, debug=False):
-    """Run both versions and gather; return the answer and memory figures.
+@dataclass(kw_only=True)
+class WalksResult(_mc.Result):
+    """The mean walk length, the occupation histogram and the gathered walks."""
 
-    ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``,
-    if given, is called with a short message before each phase. ``debug``
-    runs the heap version on a debug heap and raises ``HeapCorruption`` if
-    it wrote past a block or freed wrongly (``Heap.check``).
+    answer_name = "mean walk length (steps)"
+    snapshot_label = "before the gather (every trajectory live)"
+
+    #: Visits per walk and site 0..SITES: measured, its error (None for one
+    #: walk) and exact.
+    histogram: list
+    histogram_stderr: list | None
+    expected_histogram: list
+    items: int
+    truncated: int
+    #: Every walk's items, one after the other, and each walk's item count.
+    compact: np.ndarray
+    counts: np.ndarray
+    heap_in_use_before_gather: int
+
+    def summary_lines(self):
+        lines = [
+            f"mean walk length {_mc.pm(self.answer, self.stderr, '.3f')} steps "
+            f"(exact {self.expected:.0f}); {self.items} items gathered from "
+            f"{self.counts.size} blocks; {self.truncated} walks truncated",
+            "visits per walk and site: measured +- error (exact)",
+        ]
+        h, e, x = self.histogram, self.histogram_stderr, self.expected_histogram
+        for a in range(1, SITES, 4):
+            lines.append("  " + "   ".join(
+                f"{s:2d}: {h[s]:5.2f} +- " + (f"{e[s]:4.2f}" if e else "n/a") + f" ({x[s]:4.2f})"
+                for s in range(a, min(a + 4, SITES))))
+        return lines
+
+
+def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
+    """Run both versions and gather; return a :class:`WalksResult`.
+
+    ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``
+    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
+    version on a debug heap and raises ``HeapCorruption`` if it wrote past
+    a block or freed wrongly (``Heap.check``).
     """
-    say = progress or (lambda msg: None)
-    grid, block = _mc.launch_shape(threads, block)
-    capacity = capacity or (1 << 20) + 512 * threads
-    seeds = _mc.rng_states(threads, seed)
+    lc = _mc.Runner(threads, seed, block, progress)
 
-    say(f"heap version: {threads} walks, each into a block of its own size")
-    heap = devalloc.Heap(capacity, debug=debug)
+    lc.say(f"heap version: {threads} walks, each into a block of its own size")
+    heap = lc.heap(capacity, debug, per_thread=512)
     offsets = cuda.device_array(threads, np.int64)
     counts_d = cuda.device_array(threads, np.int32)
     absorbed_d = cuda.device_array(threads, np.bool_)
-    walk_heap[grid, block](heap.ctx, cuda.to_device(seeds), offsets, counts_d, absorbed_d)
+    lc.launch(walk_heap, heap.ctx, lc.states(), offsets, counts_d, absorbed_d)
     before_gather = heap.usage()  # every trajectory is live here
     counts = counts_d.copy_to_host()
     starts = _starts(counts)
     total = int(counts.sum())
-    say(f"gather: {before_gather.live_blocks} blocks, {total} items")
+    lc.say(f"gather: {before_gather.live_blocks} blocks, {total} items")
     compact_d = cuda.to_device(np.full(max(total, 1), -1, np.int32))
-    gather_heap[grid, block](heap.ctx, offsets, counts_d, cuda.to_device(starts), compact_d)
-    usage = heap.usage()
-    if debug:
-        heap.check()
+    lc.launch(gather_heap, heap.ctx, offsets, counts_d, cuda.to_device(starts),
+              _mc.whole(compact_d))
+    usage = lc.finish(heap, debug)
 
-    say(f"worst-case version: {threads} x {MAX_STEPS} items")
+    lc.say(f"worst-case version: {threads} x {MAX_STEPS} items")
     scratch = cuda.device_array((threads, MAX_STEPS), np.int32)
     counts_ref_d = cuda.device_array(threads, np.int32)
     absorbed_ref_d = cuda.device_array(threads, np.bool_)
-    walk_worst_case[grid, block](scratch, cuda.to_device(seeds), counts_ref_d, absorbed_ref_d)
+    lc.launch(walk_worst_case, scratch, lc.states(), counts_ref_d, absorbed_ref_d)
     counts_ref = counts_ref_d.copy_to_host()
     ref_d = cuda.to_device(np.full(max(int(counts_ref.sum()), 1), -1, np.int32))
-    gather_worst_case[grid, block](scratch, counts_ref_d, cuda.to_device(_starts(counts_ref)), ref_d)
+    lc.launch(gather_worst_case, scratch, counts_ref_d, cuda.to_device(_starts(counts_ref)),
+              _mc.whole(ref_d))
 
     compact = compact_d.copy_to_host()[:total]
     ref = ref_d.copy_to_host()[:int(counts_ref.sum())]
@@ -215,84 +250,32 @@ def run(threads=256, seed=1, capacity=None, block=64, progress=None, debug=False
     visits = np.zeros((threads, SITES + 1))
     ok = compact >= 0
     np.add.at(visits, (walk_of[ok], compact[ok]), 1.0)
-    hist_err = visits.std(axis=0, ddof=1) / math.sqrt(threads) if threads > 1 else np.zeros(SITES + 1)
-    return {
-        "answer_name": "mean walk length (steps)",
-        "answer": mean,
-        "stderr": err,
-        "expected": float(START * (SITES - START)),
-        "expected_label": "exact",
-        "histogram": hist.tolist(),
-        "histogram_stderr": hist_err.tolist(),
-        "expected_histogram": exact_occupation().tolist(),
-        "items": total,
-        "truncated": int((~absorbed).sum()),
-        "compact": compact,
-        "counts": counts,
-        "identical": bool(np.array_equal(counts, counts_ref) and np.array_equal(compact, ref)),
-        "heap_peak_bytes": usage.peak,
-        "heap_in_use_before_gather": before_gather.in_use,
-        "heap_in_use_after": usage.in_use,
-        "worst_case_bytes": worst_case_bytes(threads),
-        "snapshot": before_gather,
-        "snapshot_label": "before the gather (every trajectory live)",
-        "usage": usage,
-    }
+    hist_err = visits.std(axis=0, ddof=1) / math.sqrt(threads) if threads > 1 else None
+    return WalksResult(
+        threads=threads,
+        answer=mean,
+        stderr=err,
+        expected=float(START * (SITES - START)),
+        identical=bool(np.array_equal(counts, counts_ref) and np.array_equal(compact, ref)),
+        heap_peak_bytes=usage.peak,
+        worst_case_bytes=worst_case_bytes(threads),
+        usage=usage,
+        snapshot=before_gather,
+        histogram=hist.tolist(),
+        histogram_stderr=None if hist_err is None else hist_err.tolist(),
+        expected_histogram=exact_occupation().tolist(),
+        items=total,
+        truncated=int((~absorbed).sum()),
+        compact=compact,
+        counts=counts,
+        heap_in_use_before_gather=before_gather.in_use,
+    )
 
 
-def signatures():
-    """Return ``{kernel name: argument types}`` for compiling ahead of time."""
-    from numba import types
-    from numba.cuda.random import xoroshiro128p_type
-
-    states = types.Array(xoroshiro128p_type, 1, "C")
-    i64 = types.Array(types.int64, 1, "C")
-    i32 = types.Array(types.int32, 1, "C")
-    flags = types.Array(types.boolean, 1, "C")
-    scratch = types.Array(types.int32, 2, "C")
-    return {
-        "walk_heap": (devalloc.ctx_type, states, i64, i32, flags),
-        "gather_heap": (devalloc.ctx_type, i64, i32, i64, i32),
-        "walk_worst_case": (scratch, states, i32, flags),
-        "gather_worst_case": (scratch, i32, i64, i32),
-    }
-
-
-def summary_lines(r):
-    """Return the answer of a :func:`run` result as lines of text."""
-    lines = [
-        f"mean walk length {r['answer']:.3f} +- {r['stderr']:.3f} steps "
-        f"(exact {r['expected']:.0f}); {r['items']} items gathered from "
-        f"{r['counts'].size} blocks; {r['truncated']} walks truncated",
-        "visits per walk and site: measured +- error (exact)",
-    ]
-    h, e, x = r["histogram"], r["histogram_stderr"], r["expected_histogram"]
-    for a in range(1, SITES, 4):
-        lines.append("  " + "   ".join(
-            f"{s:2d}: {h[s]:5.2f} +- {e[s]:4.2f} ({x[s]:4.2f})"
-            for s in range(a, min(a + 4, SITES))))
-    return lines
-
-
-def main(argv=None):
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=256)
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args(argv)
-    r = run(a.threads, a.seed)
-    print(f"ran on: {TARGET}")
-    print("\n".join(summary_lines(r)))
-    print(f"identical to the worst-case version: {r['identical']}")
-    print(f"heap usage {r['snapshot_label']}:")
-    print(r["snapshot"])
-    print("heap usage after the gather:")
-    print(r["usage"])
-    print(f"heap peak {r['heap_peak_bytes']} B vs worst-case preallocation "
-          f"{r['worst_case_bytes']} B")
-    return 0 if r["identical"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+#: Kernel name -> argument words of :func:`_mc.signatures`.
+SIGNATURES = {
+    "walk_heap": "ctx states int64 int32 boolean",
+    "gather_heap": "ctx int64 int32 int64 int32",
+    "walk_worst_case": "int32[2] states int32 boolean",
+    "gather_worst_case": "int32[2] int32 int64 int32",
+}

@@ -18,14 +18,27 @@ bit-identical paths:
 
 On the simulator :func:`run` also counts the atomics each heap version
 issued per allocation (``devalloc.sim.atomics.count_atomics``).
+
+Run: ``python -m devalloc demo --example step_scratch [--threads N] [--seed S]``
+(or ``python kernels/step_scratch.py`` with the same options); the demo's
+heap figures are the scoped version's, the alloc/free version's are in its
+summary. ``bench/step_scratch.py`` tabulates both.
 """
+
+if __name__ == "__main__":  # python kernels/NAME.py: see _script.py
+    import _script
+
+    _script.run(__file__)
+
+from dataclasses import dataclass
 
 import numpy as np
 from numba import config, cuda
 from numba.cuda.random import xoroshiro128p_normal_float32, xoroshiro128p_uniform_float32
 
 import devalloc
-from kernels import _mc
+
+from . import _mc
 
 NSTEPS = 8
 MAX_K = 32
@@ -106,59 +119,104 @@ def path_worst_case(scratch, states, out):
     out[i] = x
 
 
-def _heap_run(kernel, threads, seeds, grid, block, capacity, allocations):
-    heap = devalloc.Heap(capacity)
-    states = cuda.to_device(seeds)
-    out = cuda.device_array(threads, np.float64)
-    failed = cuda.to_device(np.zeros(threads, np.int32))
+#: Seconds per thread on the CUDA simulator (2 shared cores), for the
+#: command's time estimate: filled in below from a measurement.
+SIM_SECONDS_PER_THREAD = None
+
+
+def worst_case_bytes(threads):
+    """Return the bytes the worst-case version preallocates for ``threads``."""
+    return threads * MAX_K * 4
+
+
+@dataclass(kw_only=True)
+class StepResult(_mc.Result):
+    """The paths' mean end point; the heap figures of both heap versions.
+
+    ``heap_peak_bytes`` and ``usage`` are the scoped version's; ``identical``
+    says that both heap versions match the worst-case twin.
+    """
+
+    answer_name = "mean end point of the paths"
+    expected_label = "exact"
+
+    #: Allocations that returned NULL, both heap versions together.
+    failed: int
+    alloc_free_peak_bytes: int
+    alloc_free_usage: object
+    #: Atomics per allocation counted on the simulator (None on a GPU).
+    scoped_atomics_per_alloc: float | None
+    alloc_free_atomics_per_alloc: float | None
+
+    def summary_lines(self):
+        def atomics(x):
+            return "not counted on a GPU" if x is None else f"{x:.2f} atomics per allocation"
+
+        return [
+            f"mean end point {_mc.pm(self.answer, self.stderr)} (exact {self.expected:g}: "
+            "every step is the median of draws symmetric about 0)",
+            f"scoped: peak {self.heap_peak_bytes} B, "
+            f"{atomics(self.scoped_atomics_per_alloc)}; alloc/free: peak "
+            f"{self.alloc_free_peak_bytes} B, {atomics(self.alloc_free_atomics_per_alloc)}; "
+            f"allocations failed: {self.failed}",
+        ]
+
+
+def _heap_run(lc, kernel, capacity, debug):
+    heap = lc.heap(capacity, debug, per_thread=0)
+    out = cuda.device_array(lc.threads, np.float64)
+    failed = cuda.to_device(np.zeros(lc.threads, np.int32))
     atomics = None
     if config.ENABLE_CUDASIM:
         from devalloc.sim.atomics import count_atomics
 
         with count_atomics() as counts:
-            kernel[grid, block](heap.ctx, states, out, failed)
-        atomics = counts.total / allocations
+            lc.launch(kernel, heap.ctx, lc.states(), out, failed)
+        atomics = counts.total / (lc.threads * NSTEPS)
     else:
-        kernel[grid, block](heap.ctx, states, out, failed)
-    usage = heap.usage()
+        lc.launch(kernel, heap.ctx, lc.states(), out, failed)
+    usage = lc.finish(heap, debug)
     return out.copy_to_host(), int(failed.copy_to_host().sum()), usage, atomics
 
 
-def run(threads=128, seed=1, capacity=1 << 20, block=32):
-    """Run the three versions; return answers, peaks and atomics per allocation."""
-    grid, block = _mc.launch_shape(threads, block)
-    seeds = _mc.rng_states(threads, seed)
-    allocations = threads * NSTEPS
+def run(threads=128, seed=1, *, capacity=None, block=32, progress=None, debug=False):
+    """Run the three versions; return a :class:`StepResult`.
+
+    ``capacity`` defaults to 1 MiB. ``progress`` is told each phase (see
+    :class:`_mc.Runner`). ``debug`` runs the heap versions on debug heaps
+    and raises ``HeapCorruption`` on misuse (``Heap.check``).
+    """
+    lc = _mc.Runner(threads, seed, block, progress)
+    lc.say(f"scoped version: {threads} paths of {NSTEPS} steps, a scope per step")
     scoped_x, scoped_failed, scoped_u, scoped_atomics = _heap_run(
-        path_scoped, threads, seeds, grid, block, capacity, allocations)
-    af_x, af_failed, af_u, af_atomics = _heap_run(
-        path_alloc_free, threads, seeds, grid, block, capacity, allocations)
-    states = cuda.to_device(seeds)
+        lc, path_scoped, capacity, debug)
+    lc.say(f"alloc/free version: {threads} paths, an alloc and a free per step")
+    af_x, af_failed, af_u, af_atomics = _heap_run(lc, path_alloc_free, capacity, debug)
+    lc.say(f"worst-case version: {threads} x {MAX_K} floats")
     ref = cuda.device_array(threads, np.float64)
-    path_worst_case[grid, block](cuda.device_array((threads, MAX_K), np.float32), states, ref)
+    lc.launch(path_worst_case, cuda.device_array((threads, MAX_K), np.float32), lc.states(), ref)
     ref_x = ref.copy_to_host()
     mean, err = _mc.mean_stderr(ref_x)
-    return {
-        "identical": bool(np.array_equal(scoped_x, ref_x) and np.array_equal(af_x, ref_x)),
-        "answer": mean,
-        "stderr": err,
-        "failed": scoped_failed + af_failed,
-        "worst_case_bytes": threads * MAX_K * 4,
-        "scoped": {"peak": scoped_u.peak, "atomics_per_alloc": scoped_atomics, "usage": scoped_u},
-        "alloc_free": {"peak": af_u.peak, "atomics_per_alloc": af_atomics, "usage": af_u},
-    }
+    return StepResult(
+        threads=threads,
+        answer=mean,
+        stderr=err,
+        expected=0.0,
+        identical=bool(np.array_equal(scoped_x, ref_x) and np.array_equal(af_x, ref_x)),
+        heap_peak_bytes=scoped_u.peak,
+        worst_case_bytes=worst_case_bytes(threads),
+        usage=scoped_u,
+        failed=scoped_failed + af_failed,
+        alloc_free_peak_bytes=af_u.peak,
+        alloc_free_usage=af_u,
+        scoped_atomics_per_alloc=scoped_atomics,
+        alloc_free_atomics_per_alloc=af_atomics,
+    )
 
 
-def signatures():
-    """Return ``{kernel name: argument types}`` for compiling ahead of time."""
-    from numba import types
-    from numba.cuda.random import xoroshiro128p_type
-
-    states = types.Array(xoroshiro128p_type, 1, "C")
-    f64 = types.Array(types.float64, 1, "C")
-    i32 = types.Array(types.int32, 1, "C")
-    return {
-        "path_scoped": (devalloc.ctx_type, states, f64, i32),
-        "path_alloc_free": (devalloc.ctx_type, states, f64, i32),
-        "path_worst_case": (types.Array(types.float32, 2, "C"), states, f64),
-    }
+#: Kernel name -> argument words of :func:`_mc.signatures`.
+SIGNATURES = {
+    "path_scoped": "ctx states float64 int32",
+    "path_alloc_free": "ctx states float64 int32",
+    "path_worst_case": "float32[2] states float64",
+}

@@ -2,7 +2,8 @@
 
 Each thread draws how many samples it needs, from a geometric-like law with
 mean MEAN_SAMPLES, capped at MAX_SAMPLES - 1 (most threads need a few, a few
-need many: the case where worst-case preallocation wastes the most), stores them, and computes their variance with the numerically stable two-pass
+need many: the case where worst-case preallocation wastes the most), stores
+them, and computes their variance with the numerically stable two-pass
 formula, which must read the samples twice, so they must be kept. Threads
 that draw fewer than 2 need no scratch at all.
 
@@ -11,37 +12,28 @@ that draw fewer than 2 need no scratch at all.
 * ``variance_worst_case``: the way it is written today: a global array of
   ``threads x MAX_SAMPLES`` floats, the worst case for every thread.
 
-Both use the same counter-based RNG stream per thread (numba.cuda.random's
-xoroshiro128+), so their results are identical bit for bit.
+Both draw from the same per-thread xoroshiro128+ stream (numba.cuda.random),
+so their results are identical bit for bit.
 
-Run: ``python kernels/two_pass_variance.py [--threads N] [--seed S]`` (on the
-GPU when one is usable, else on the CUDA simulator).
+Run: ``python -m devalloc demo --example two_pass_variance [--threads N] [--seed S]``
+(or ``python kernels/two_pass_variance.py`` with the same options).
 """
 
+if __name__ == "__main__":  # python kernels/NAME.py: see _script.py
+    import _script
+
+    _script.run(__file__)
+
 import math
-import os
-import sys
-
-if __name__ == "__main__":
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-    from devalloc import target  # imports no numba
-
-    TARGET = target.choose()
-
-import warnings
+from dataclasses import dataclass
 
 import numpy as np
-from numba import config, cuda
-from numba.core.errors import NumbaWarning
-from numba.cuda.random import create_xoroshiro128p_states, xoroshiro128p_uniform_float32
+from numba import cuda
+from numba.cuda.random import xoroshiro128p_uniform_float32
 
 import devalloc
 
-if config.ENABLE_CUDASIM:
-    # The simulator runs numba.cuda.random's wrapping uint64 arithmetic on
-    # NumPy scalars (overflow warnings) and its host seeding in object mode.
-    warnings.filterwarnings("ignore", message="overflow encountered")
-    warnings.filterwarnings("ignore", category=NumbaWarning)
+from . import _mc
 
 MAX_SAMPLES = 1024
 MEAN_SAMPLES = 16.0
@@ -102,49 +94,71 @@ def variance_worst_case(scratch, states, out):
     out[i] = _variance(buf, n)
 
 
-def run(threads=256, seed=1, capacity=1 << 20, block=64):
-    """Run both versions; return a dict with results and memory figures."""
-    grid = (threads + block - 1) // block
-    heap = devalloc.Heap(capacity)
+#: Seconds per thread on the CUDA simulator (2 shared cores), for the
+#: command's time estimate: filled in below from a measurement.
+SIM_SECONDS_PER_THREAD = None
+
+
+def worst_case_bytes(threads):
+    """Return the bytes the worst-case version preallocates for ``threads``."""
+    return threads * MAX_SAMPLES * 4
+
+
+@dataclass(kw_only=True)
+class VarianceResult(_mc.Result):
+    """The mean of the threads' sample variances (of U(0, 1): exactly 1/12)."""
+
+    answer_name = "mean sample variance"
+    expected_label = "exact, 1/12"
+
+    #: Threads that drew at least two samples (the others give no estimate).
+    estimates: int
+
+    def summary_lines(self):
+        return [f"mean sample variance {_mc.pm(self.answer, self.stderr, '.5f')} "
+                f"(exact 1/12 = {self.expected:.5f}; {self.estimates} of "
+                f"{self.threads} threads drew two samples or more)"]
+
+
+def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
+    """Run both versions; return a :class:`VarianceResult`.
+
+    ``capacity`` defaults to 1 MiB plus 256 bytes per thread. ``progress``
+    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
+    version on a debug heap and raises ``HeapCorruption`` if it wrote past
+    a block or freed wrongly (``Heap.check``).
+    """
+    lc = _mc.Runner(threads, seed, block, progress)
+
+    lc.say(f"heap version: {threads} threads, each with a run-time number of samples")
+    heap = lc.heap(capacity, debug, per_thread=256)
     out_heap = cuda.device_array(threads, np.float64)
-    out_ref = cuda.device_array(threads, np.float64)
-    states = create_xoroshiro128p_states(threads, seed=seed)
-    variance_heap[grid, block](heap.ctx, states, out_heap)
-    usage = heap.usage()
-    states = create_xoroshiro128p_states(threads, seed=seed)
+    lc.launch(variance_heap, heap.ctx, lc.states(), out_heap)
+    usage = lc.finish(heap, debug)
+
+    lc.say(f"worst-case version: {threads} x {MAX_SAMPLES} samples")
     scratch = cuda.device_array((threads, MAX_SAMPLES), np.float32)
-    variance_worst_case[grid, block](scratch, states, out_ref)
+    out_ref = cuda.device_array(threads, np.float64)
+    lc.launch(variance_worst_case, scratch, lc.states(), out_ref)
+
     a, b = out_heap.copy_to_host(), out_ref.copy_to_host()
     used = a[a >= 0]
-    return {
-        "identical": bool(np.array_equal(a, b)),
-        "mean_variance": float(used.mean()) if used.size else 0.0,
-        "stderr": float(used.std(ddof=1) / math.sqrt(used.size)) if used.size > 1 else 0.0,
-        "expected_variance": 1.0 / 12.0,
-        "heap_peak_bytes": usage.peak,
-        "heap_in_use_after": usage.in_use,
-        "worst_case_bytes": threads * MAX_SAMPLES * 4,
-        "usage": usage,
-    }
+    mean, err = _mc.mean_stderr(used)
+    return VarianceResult(
+        threads=threads,
+        answer=mean,
+        stderr=err,
+        expected=1.0 / 12.0,
+        identical=bool(np.array_equal(a, b)),
+        heap_peak_bytes=usage.peak,
+        worst_case_bytes=worst_case_bytes(threads),
+        usage=usage,
+        estimates=int(used.size),
+    )
 
 
-def main(argv=None):
-    import argparse
-
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--threads", type=int, default=256)
-    p.add_argument("--seed", type=int, default=1)
-    a = p.parse_args(argv)
-    r = run(a.threads, a.seed)
-    print(f"ran on: {TARGET}")
-    print(f"mean sample variance {r['mean_variance']:.5f} +- {r['stderr']:.5f} "
-          f"(exact 1/12 = {r['expected_variance']:.5f})")
-    print(f"identical to the worst-case version: {r['identical']}")
-    print(r["usage"])
-    print(f"heap peak {r['heap_peak_bytes']} B vs worst-case preallocation "
-          f"{r['worst_case_bytes']} B")
-    return 0 if r["identical"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+#: Kernel name -> argument words of :func:`_mc.signatures`.
+SIGNATURES = {
+    "variance_heap": "ctx states float64",
+    "variance_worst_case": "float32[2] states float64",
+}

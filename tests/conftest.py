@@ -13,6 +13,12 @@ if os.environ.get("DEVALLOC_TEST_GPU") != "1":
 
 import pytest  # noqa: E402
 
+from devalloc import _examples  # noqa: E402
+
+# The examples (kernels/) as devalloc.examples, from this checkout even when
+# another checkout of devalloc is installed in the venv.
+_examples.package()
+
 #: Figures reported by the compile checks, printed in the terminal summary.
 COMPILE_REPORT = []
 

@@ -103,3 +103,50 @@ def test_text_report_of_every_example(example, capsys):
     assert "worst-case preallocation" in text
     assert "memory saved:" in text or "more than the worst case" in text
     assert "done in" in out.err
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--threads", "abc", "must be a positive integer, got 'abc'"),
+    ("--threads", "2.5", "must be a positive integer, got '2.5'"),
+    ("--seed", "x", "must be an integer in [0, 2**64), got 'x'"),
+])
+def test_a_bad_number_is_named_in_words_not_by_the_parsers_function(option, value, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["demo", option, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: {says}" in err
+    assert "invalid" not in err and "_positive_int" not in err and "_seed" not in err
+
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("where, written", [(".", "ragged_walks.png"), ("fig", "fig.png")])
+def test_plot_names_the_file_it_really_wrote(where, written, tmp_path, capsys):
+    # A folder gets <example>.png in it; a name without an extension gets
+    # .png (what matplotlib would append without saying so).
+    pytest.importorskip("matplotlib")
+    assert cli.main(["demo", "--threads", "16", "--plot", str(tmp_path / where)]) == 0
+    path = tmp_path / written
+    assert path.read_bytes()[:8] == PNG
+    assert f"plot written to {path}\n" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == [written]
+
+
+@pytest.mark.parametrize("where, says", [
+    ("missing/x.png", "the folder {tmp}/missing does not exist"),
+    ("x.nope", "matplotlib cannot write .nope files (it writes "),
+])
+def test_a_plot_path_that_cannot_be_written_is_refused_before_the_simulation(
+        where, says, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("matplotlib")
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("the simulation ran")
+
+    monkeypatch.setattr(cli, "import_example", no_simulation)
+    assert cli.main(["demo", "--plot", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("devalloc demo: --plot ")
+    assert says.format(tmp=tmp_path) in err

@@ -18,35 +18,35 @@ import pytest
 
 from conftest import COMPILE_REPORT
 
+from devalloc import layout as L
+from devalloc.examples import _mc
+from devalloc.examples import barrier_option as bo
+from devalloc.examples import particle_transport as pt
+from devalloc.examples import ragged_walks as rw
+from devalloc.examples import step_scratch as ss
+from devalloc.examples import two_pass_variance as tpv
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from devalloc import layout as L  # noqa: E402
-from kernels import _mc  # noqa: E402
-from kernels import barrier_option as bo  # noqa: E402
-from kernels import particle_transport as pt  # noqa: E402
-from kernels import ragged_walks as rw  # noqa: E402
-from kernels import step_scratch as ss  # noqa: E402
-
 THREADS = 64
 SMALL = {"threads": THREADS, "seed": 7, "block": 32}
 NEW_EXAMPLES = (pt, bo, rw)
-#: Examples whose kernels the compile check covers.
-COMPILED_EXAMPLES = NEW_EXAMPLES + (ss,)
+#: Every example: the compile check and the debug heap cover them all.
+ALL_EXAMPLES = NEW_EXAMPLES + (tpv, ss)
 
 
 def check_matches_twin_and_frees_everything(module, **kwargs):
     args = {**SMALL, **kwargs}
     r = module.run(**args)
-    assert r["identical"]
-    u = r["usage"]
+    assert isinstance(r, _mc.Result) and r.threads == args["threads"]
+    assert r.identical
+    u = r.usage
     assert u.failed == 0 and u.invalid_frees == 0
     assert u.in_use == 0 and u.live_blocks == 0 and u.reserved == 0
     assert u.allocs == u.frees > 0
-    assert r["heap_peak_bytes"] == u.peak > 0
-    assert r["worst_case_bytes"] == module.worst_case_bytes(args["threads"])
-    assert r["heap_peak_bytes"] < r["worst_case_bytes"]
-    assert math.isfinite(r["answer"]) and r["stderr"] > 0
+    assert r.heap_peak_bytes == u.peak > 0
+    assert r.worst_case_bytes == module.worst_case_bytes(args["threads"])
+    assert r.heap_peak_bytes < r.worst_case_bytes
+    assert math.isfinite(r.answer) and r.stderr > 0
     return r
 
 
@@ -60,27 +60,27 @@ def test_rng_states_are_numbas_states():
 
 def test_particle_transport_matches_worst_case_and_frees_everything():
     r = check_matches_twin_and_frees_everything(pt)
-    tally = r["tally"]
+    tally = r.tally
     # Every history ends somewhere: the source particle and each secondary
     # is transmitted, reflected, absorbed or lost.
     ends = tally[:, pt.TRANSMITTED] + tally[:, pt.REFLECTED] + tally[:, pt.ABSORBED] + tally[:, pt.LOST]
     assert (ends >= 1).all()
-    assert r["lost"] == 0
+    assert r.lost == 0
     # The stack grew: some history went past the first block, so a history
     # allocated more than once (alloc bigger, copy, free the old one).
-    assert r["max_depth"] > pt.STACK0
-    assert r["usage"].allocs > r["histories_with_stack"] > 0
+    assert r.max_depth > pt.STACK0
+    assert r.usage.allocs > r.histories_with_stack > 0
     # The CPU reference (10**6 histories, +-0.0005) within 5 standard errors.
-    assert abs(r["answer"] - pt.REFERENCE_TRANSMITTED) < 5 * r["stderr"] + 0.002
-    assert abs(r["reflected"] - pt.REFERENCE_REFLECTED) < 5 * r["reflected_stderr"] + 0.002
+    assert abs(r.answer - pt.REFERENCE_TRANSMITTED) < 5 * r.stderr + 0.002
+    assert abs(r.reflected - pt.REFERENCE_REFLECTED) < 5 * r.reflected_stderr + 0.002
 
 
 def test_barrier_option_matches_worst_case_and_frees_everything():
     r = check_matches_twin_and_frees_everything(bo)
-    assert abs(r["answer"] - bo.exact_price()) < 5 * r["stderr"]
+    assert abs(r.answer - bo.exact_price()) < 5 * r.stderr
     # Between the passes only the kept paths' chunks are live, all one class.
-    snap = r["snapshot"]
-    assert 0 < r["paths_kept"] <= snap.live_blocks == r["chunks_between_passes"]
+    snap = r.snapshot
+    assert 0 < r.paths_kept <= snap.live_blocks == r.chunks_between_passes
     assert set(snap.classes) == {bo.CHUNK_BYTES}
     assert snap.in_use == snap.live_blocks * bo.CHUNK_BYTES
 
@@ -97,8 +97,8 @@ def test_ragged_walks_match_worst_case_and_gather_everything():
     # outweighs the worst case (see the module docstring).
     threads = 256
     r = check_matches_twin_and_frees_everything(rw, threads=threads, block=64)
-    counts, compact = r["counts"], r["compact"]
-    assert compact.size == counts.sum() == r["items"]
+    counts, compact = r.counts, r.compact
+    assert compact.size == counts.sum() == r.items
     assert ((compact >= 1) & (compact <= rw.SITES - 1)).all()
     # Each gathered walk starts at START and moves one site per step.
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -107,43 +107,44 @@ def test_ragged_walks_match_worst_case_and_gather_everything():
     steps[starts[1:] - 1] = 1  # walk boundaries
     assert (steps == 1).all()
     # Before the gather every walk had its block, of exactly its size's class.
-    snap = r["snapshot"]
+    snap = r.snapshot
     assert snap.live_blocks == threads and snap.allocs == threads and snap.frees == 0
     assert snap.in_use == sum(L.class_size(L.size_class(int(n) * rw.ITEM_BYTES)) for n in counts)
-    assert abs(r["answer"] - r["expected"]) < 5 * r["stderr"]
-    assert sum(r["histogram"]) == pytest.approx(r["answer"])
+    assert abs(r.answer - r.expected) < 5 * r.stderr
+    assert sum(r.histogram) == pytest.approx(r.answer)
 
 
-@pytest.mark.parametrize("module", NEW_EXAMPLES, ids=lambda m: m.__name__.split(".")[-1])
+@pytest.mark.parametrize("module", ALL_EXAMPLES, ids=lambda m: m.__name__.split(".")[-1])
 def test_examples_stay_inside_their_blocks_on_a_debug_heap(module):
     # A debug heap puts guard bytes after every block and records bad frees;
     # run(debug=True) calls heap.check(), which raises on either.
     r = module.run(threads=32, seed=11, block=32, debug=True)
-    assert r["identical"]
-    assert r["usage"].in_use == 0
+    assert r.identical
+    assert r.usage.in_use == 0
 
 
 def test_a_full_heap_is_counted_and_reported_not_hidden():
     # One page cannot hold every size class the walks need at once: some
     # allocs return NULL. The example must say so and still free the rest.
     r = rw.run(**SMALL, capacity=L.MIN_CAPACITY)
-    u = r["usage"]
+    u = r.usage
     assert u.failed > 0
-    assert not r["identical"]
-    assert (r["compact"] == -1).sum() > 0  # the missing walks' items
+    assert not r.identical
+    assert (r.compact == -1).sum() > 0  # the missing walks' items
     assert u.in_use == 0 and u.allocs == u.frees == THREADS - u.failed
 
 
 _COMPILE = r"""
-import importlib, json, sys
+import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np
-from devalloc import aot
-from kernels import _mc
+from devalloc import _examples, aot
+_examples.package()
+from devalloc.examples import _mc
 rows = []
 for name in sys.argv[2:]:
-    module = importlib.import_module("kernels." + name)
-    for kernel, sig in module.signatures().items():
+    module = _examples.load(name)
+    for kernel, sig in _mc.signatures(module.SIGNATURES).items():
         ptx, _ = aot.compile_ptx(getattr(module, kernel).py_func, sig, cc=(9, 0))
         r = aot.assemble(ptx, (9, 0))
         rows.append({"kernel": kernel, "arch": r.arch, "registers": r.registers,
@@ -158,7 +159,7 @@ print(json.dumps({"rows": rows, "states": states}))
 def compiled():
     """Compile every example kernel for sm_90 in a process with the real CUDA target."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    names = [m.__name__.split(".")[-1] for m in COMPILED_EXAMPLES]
+    names = [m.__name__.split(".")[-1] for m in ALL_EXAMPLES]
     proc = subprocess.run(
         [sys.executable, "-c", _COMPILE, str(ROOT), *names],
         capture_output=True, text=True, env=env, timeout=900,
@@ -173,8 +174,8 @@ def test_example_kernels_compile_for_sm90_without_spills(compiled):
     rows = compiled["rows"]
     kernels = {r["kernel"]: r for r in rows}
     expected = set()
-    for m in COMPILED_EXAMPLES:
-        expected |= set(m.signatures())
+    for m in ALL_EXAMPLES:
+        expected |= set(m.SIGNATURES)
     assert set(kernels) == expected
     for r in rows:
         assert r["spill_bytes"] == 0, r
