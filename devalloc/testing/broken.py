@@ -15,6 +15,7 @@ from numba import cuda, int64
 from .. import layout as L
 from ..device import warp
 from ..device._meta import _pages_changed
+from ..device.pages import _alloc_pages, _free_pages
 from ..device.slab import _find, _release_slots
 
 
@@ -162,6 +163,30 @@ def free_small_leader_bit_only(meta, npages, p, s, rel):
     return 1
 
 
+def claim_plain_update(meta, npages, total, cnt):
+    """``bump``'s ``_claim`` with a plain read-modify-write of the bump word
+    where the chunk has room, not a ``cas``.
+
+    Two bumpers that read the same cursor both move it on from there: both
+    get the same bytes.
+    """
+    chunk_pages = L.bump_chunk_pages(npages)
+    for _ in range(8):
+        w = meta[L.H_BUMP]
+        if L.bump_page(w) >= 0 and L.bump_cursor(w) + total <= chunk_pages * L.PAGE:
+            meta[L.H_BUMP] = w + (cnt << L.BUMP_COUNT_SHIFT) + total  # BUG: plain update
+            return (L.bump_page(w) << L.PAGE_SHIFT) + L.bump_cursor(w)
+        q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP)
+        if q < 0:
+            return L.NULL
+        if cuda.atomic.cas(meta, L.H_BUMP, w, L.pack_bump(q, cnt, total)) == w:
+            if L.bump_count(w):
+                cuda.atomic.add(meta, L.H_BUMP_DONE, L.bump_count(w))
+            return q << L.PAGE_SHIFT
+        _free_pages(meta, q, L.TAG_BUMP)
+    return L.NULL
+
+
 #: name -> (device function replaced, broken copy)
 VARIANTS = {
     "take_check_then_clear": ("_take_bits", take_bits_check_then_clear),
@@ -171,4 +196,5 @@ VARIANTS = {
     "reserve_plain_update": ("_reserve", reserve_plain_update),
     "alloc_small_overserve": ("_alloc_small", alloc_small_overserve),
     "free_small_leader_bit_only": ("_free_small", free_small_leader_bit_only),
+    "claim_plain_update": ("_claim", claim_plain_update),
 }

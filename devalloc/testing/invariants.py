@@ -120,6 +120,7 @@ class Block:
     off: int
     size: int  # requested bytes
     span: int  # reserved bytes
+    chunk: bool = False  # a scoped-scratch chunk (usage() reports it apart)
 
     @property
     def small(self):
@@ -142,6 +143,10 @@ class Model:
         self.invalid = 0  # invalid frees done
         self.untouched = {}  # tid -> Op started, no access yet
         self.inflight = {}  # tid -> Op touched, not (wholly) returned
+        self.bumped = {}  # offset -> Block: bump blocks, live until reset
+        self.chunk_allocs = 0  # scoped chunks taken (in allocs) ...
+        self.chunk_frees = 0  # ... and given back (in frees)
+        self.in_scope = set()  # tids inside a scope operation
 
     # ---------------------------------------------------------- events
     def start(self, tid, kind, blocks=(), lanes=1):
@@ -164,13 +169,16 @@ class Model:
                     del self.live[block.off]
         self.inflight[tid] = op
 
-    def alloc_done(self, tid, aidx, size, off):
-        """Record ``alloc(size)`` returning ``off``; check the new block; return it."""
+    def alloc_done(self, tid, aidx, size, off, chunk=False):
+        """Record ``alloc(size)`` returning ``off``; check the new block; return it.
+
+        ``chunk``: the alloc was scoped scratch taking a chunk of its own.
+        """
         self._finish(tid)
         if off == L.NULL:
             self.failed += 1
             return None
-        b = Block(tid, aidx, off, size, span(size))
+        b = Block(tid, aidx, off, size, span(size), chunk)
         cap = self.npages * L.PAGE
         if off % L.ALIGN or off < 0 or off + b.span > cap:
             raise Fault("offset", f"alloc({size}) returned {off}: not aligned or "
@@ -181,13 +189,31 @@ class Model:
                         f"{b.span}-byte slab")
         if not b.small and rel:
             raise Fault("offset", f"alloc({size}) returned {off}: not page aligned")
-        for o in self.live.values():
-            if o.off < off + b.span and off < o.off + o.span:
-                raise Fault("no overlap", f"alloc({size}) by T{tid} returned "
-                            f"[{off}, {off + b.span}), which overlaps live {o}")
+        self._no_overlap(b, f"alloc({size}) by T{tid}")
         self.live[off] = b
         self.allocs += 1
+        self.chunk_allocs += chunk
         return b
+
+    def bump_done(self, tid, aidx, size, off):
+        """Record ``bump(size)`` returning ``off``: a block that lives until reset."""
+        self._finish(tid)
+        if off == L.NULL:
+            self.failed += 1
+            return None
+        b = Block(tid, aidx, off, size, L.align_up(size))
+        if off % L.ALIGN or off < 0 or off + b.span > self.npages * L.PAGE:
+            raise Fault("offset", f"bump({size}) returned {off}: not aligned or "
+                        "not inside the arena")
+        self._no_overlap(b, f"bump({size}) by T{tid}")
+        self.bumped[off] = b
+        return b
+
+    def _no_overlap(self, b, who):
+        for o in list(self.live.values()) + list(self.bumped.values()):
+            if o.off < b.off + b.span and b.off < o.off + o.span:
+                raise Fault("no overlap", f"{who} returned [{b.off}, {b.off + b.span}), "
+                            f"which overlaps live {o}")
 
     def free_done(self, tid, kind):
         """Record a free of kind ``free`` (valid) or ``invalid`` returning."""
@@ -195,6 +221,7 @@ class Model:
         if kind == "free":
             if op is not None and any(b is not None for b in op.blocks):
                 self.frees += 1
+                self.chunk_frees += any(b is not None and b.chunk for b in op.blocks)
         else:
             self.invalid += 1
 
@@ -210,21 +237,35 @@ class Model:
         return None
 
     # ---------------------------------------------------------- figures
+    def scoping(self, tid, inside):
+        """Thread ``tid`` enters (``inside``) or leaves a scope operation.
+
+        Not quiescent meanwhile: its chunks' striped counters, which
+        ``usage()`` subtracts, follow the chunk's alloc and precede its free.
+        """
+        (self.in_scope.add if inside else self.in_scope.discard)(tid)
+
     @property
     def quiescent(self):
-        return not self.inflight
+        return not self.inflight and not self.in_scope
 
     def counts(self):
-        """(allocs, frees, failed, invalid_frees, live_blocks, in_use)."""
-        live = list(self.live.values())
-        return (self.base + self.allocs, self.base + self.frees, self.failed,
+        """(allocs, frees, failed, invalid_frees, live_blocks, in_use) as
+        ``usage()`` reports them: scoped chunks apart."""
+        live = [b for b in self.live.values() if not b.chunk]
+        return (self.base + self.allocs - self.chunk_allocs,
+                self.base + self.frees - self.chunk_frees, self.failed,
                 self.invalid, len(live), sum(b.span for b in live))
 
     def inflight_kinds(self):
         """Lanes in flight: (allocs, frees, invalid frees)."""
-        n = {"alloc": 0, "free": 0, "invalid": 0}
+        n = {"alloc": 0, "bump": 0, "free": 0, "invalid": 0}
         for op in self.inflight.values():
             n[op.kind] += op.lanes
+        n["alloc"] += n["bump"]  # may fail and count it, like an alloc
+        # A scope operation between its chunk's alloc and the counters that
+        # follow it (or a failure it takes back) counts as one alloc more.
+        n["alloc"] += len(self.in_scope)
         return n["alloc"], n["free"], n["invalid"]
 
 
@@ -314,6 +355,8 @@ def check_safe(words, npages, model):
         raise Fault("peak", f"peak = {peak}, pages_used = {used}, npages = {npages}")
     for b in model.live.values():
         _check_pinned(words, npages, b)
+    for b in model.bumped.values():
+        _check_bump_pinned(words, npages, b)
     a, f, i = model.inflight_kinds()
     failed, invalid = _stripes(words)
     allocs = count_sum + words[L.H_ALLOC_FOLD] - words[L.H_ALLOC_UNDO]
@@ -351,6 +394,25 @@ def _check_pinned(words, npages, b):
             raise Fault("live block pinned", f"{b}: block {k} on page {p} is marked freed")
     elif L.state_tag(s) != L.TAG_HEAD or L.state_n(s) != L.pages_for(b.size):
         raise Fault("live block pinned", f"{b}: its head page {p} is {describe_state(s)}")
+
+
+def _bump_run(words, npages, p):
+    """Return (head, pages) of the TAG_BUMP run covering page ``p``, or None."""
+    q = p
+    while q > 0 and L.state_tag(words[L.STATE_BASE + q]) == L.TAG_TAIL:
+        q -= 1
+    s = words[L.STATE_BASE + q]
+    if L.state_tag(s) == _TAG_BUMP and p < q + L.state_n(s):
+        return q, L.state_n(s)
+    return None
+
+
+def _check_bump_pinned(words, npages, b):
+    for p in (b.off // L.PAGE, (b.off + b.span - 1) // L.PAGE):
+        if _bump_run(words, npages, p) is None:
+            raise Fault("live block pinned", f"bump block [{b.off}, {b.off + b.span}) "
+                        f"lies on page {p}, which no bump chunk covers "
+                        f"({describe_state(words[L.STATE_BASE + p])})")
 
 
 def _stripes(words):
@@ -407,12 +469,21 @@ def check_quiescent(words, npages, model, pages_used_max):
         elif t == _TAG_RETIRING:
             raise Fault("empty slab retired", f"{where}: still retiring")
         elif t == _TAG_BUMP:
-            raise Fault("head iff live", f"{where}: a bump chunk, but the history "
-                        "has no bump allocation")
+            current = L.bump_page(words[L.H_BUMP]) == p
+            if not current and not any(p <= b.off // L.PAGE < p + n for b in model.bumped.values()):
+                raise Fault("head iff live", f"{where}: a bump chunk that is not the "
+                            "current one and holds no bump block of the history")
+            tails.update(range(p + 1, p + n))
         elif t == L.TAG_TAIL and p not in tails:
             raise Fault("tail owned", f"{where}: no live large block covers it")
         elif t == L.TAG_FREE and (p in heads or p in tails):
             raise Fault("head iff live", f"{where}: a live large block covers it")
+    bump = words[L.H_BUMP]
+    if bump and (L.state_tag(words[L.STATE_BASE + L.bump_page(bump)]) != _TAG_BUMP
+                 or L.bump_cursor(bump) > L.bump_chunk_pages(npages) * L.PAGE):
+        raise Fault("bump word", f"H_BUMP names page {L.bump_page(bump)} "
+                    f"({describe_state(words[L.STATE_BASE + L.bump_page(bump)])}), "
+                    f"cursor {L.bump_cursor(bump)}")
     used, peak = words[L.H_PAGES_USED], words[L.H_PEAK_PAGES]
     if used != held:
         raise Fault("pages used", f"pages_used = {used}, pages held = {held}")
@@ -421,6 +492,9 @@ def check_quiescent(words, npages, model, pages_used_max):
     u = usage_from_meta(np.array(words, np.int64), npages)
     got = (u.allocs, u.frees, u.failed, u.invalid_frees, u.live_blocks, u.in_use)
     want = model.counts()
+    if u.bump_allocs != len(model.bumped):
+        raise Fault("counters", f"usage() counts {u.bump_allocs} bump allocations, "
+                    f"the history {len(model.bumped)}")
     if got != want:
         names = ("allocs", "frees", "failed", "invalid_frees", "live_blocks", "in_use")
         diff = ", ".join(f"{k} {g} != {w}" for k, g, w in zip(names, got, want) if g != w)
@@ -433,19 +507,26 @@ def check_quiescent(words, npages, model, pages_used_max):
 def check_drained(words, npages):
     """Check that a heap whose blocks were all freed lost nothing.
 
-    Every page FREE with n = 0, every bitmap zero, pages-used 0, and
-    ``usage_from_meta``: in_use 0, reserved 0, live 0, allocs == frees.
+    Every page FREE with n = 0 (but bump chunks, which only ``reset``
+    frees), every bitmap zero, pages-used the bump chunks' pages, and
+    ``usage_from_meta``: in_use 0, reserved the bump chunks', live 0,
+    allocs == frees.
     """
+    bump_pages = 0
     for p in range(npages):
         s = words[L.STATE_BASE + p]
+        if _bump_run(words, npages, p) is not None:
+            bump_pages += 1
+            continue
         if L.state_tag(s) != L.TAG_FREE or L.state_n(s):
             raise Fault("nothing lost", f"page {p} is {describe_state(s)} after every "
                         "block was freed")
         if any(_bitmap(words, npages, p)):
             raise Fault("nothing lost", f"page {p} has bits set after every block was freed")
-    if words[L.H_PAGES_USED]:
+    if words[L.H_PAGES_USED] != bump_pages:
         raise Fault("nothing lost", f"pages_used = {words[L.H_PAGES_USED]} after every "
-                    "block was freed")
+                    f"block was freed ({bump_pages} bump chunk pages)")
     u = usage_from_meta(np.array(words, np.int64), npages)
-    if (u.in_use, u.reserved, u.live_blocks) != (0, 0, 0) or u.allocs != u.frees:
+    if ((u.in_use, u.reserved, u.live_blocks) != (0, bump_pages * L.PAGE, 0)
+            or u.allocs != u.frees):
         raise Fault("nothing lost", f"usage after every block was freed: {u}")

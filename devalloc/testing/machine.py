@@ -83,6 +83,11 @@ class ThreadSpec:
     bytes together, one group, allocations numbered in lane order;
     ``("free_group", (i, j, ...))``: lanes free those allocations (of one
     size) together, grouped by bitmap word (:mod:`devalloc.testing.groups`).
+    ``("bump", n)``: a bump allocation, numbered like an alloc (it may be
+    written and verified, never freed). ``("scope", (n1, n2, ...))``: open a
+    scope, take scoped scratch of each size (each written with the thread's
+    pattern), verify them all, release the scope: its chunks are heap blocks
+    the model tracks, taken and freed through the public ``alloc``/``free``.
     """
 
     block: int
@@ -118,10 +123,19 @@ def _check_program(who, ops):
     """Refuse programs whose checks would be meaningless (see ThreadSpec)."""
     allocs = []  # size of each allocation, by number
     written, freed = set(), set()
+    bumps = set()
     for op in ops:
         kind = op[0]
         if kind == "alloc":
             allocs.append(op[1])
+            continue
+        if kind == "bump":
+            bumps.add(len(allocs))
+            allocs.append(op[1])
+            continue
+        if kind == "scope":
+            if not op[1] or any(not 0 < n <= L.MAX_SMALL for n in op[1]):
+                raise ValueError(f"{who}: {op_str(op)}: one or more small sizes")
             continue
         if kind == "alloc_group":
             if not (0 < op[1] <= L.MAX_SMALL and 2 <= op[2] <= 32):
@@ -150,6 +164,8 @@ def _check_program(who, ops):
             if i not in written:
                 raise ValueError(f"{who}: verify(#{i}) before write(#{i})")
         elif kind == "free":
+            if i in bumps:
+                raise ValueError(f"{who}: {op_str(op)} frees a bump block")
             freed.add(i)
         elif kind != "free_interior":
             raise ValueError(f"{who}: unknown operation {op!r}")
@@ -165,6 +181,10 @@ def op_str(op):
         return "free(" + ", ".join(f"#{i}" for i in op[1]) + ")"
     if kind == "free_bogus":
         return f"free({op[1]})"
+    if kind == "bump":
+        return f"bump({op[1]})"
+    if kind == "scope":
+        return "scope(" + ", ".join(str(n) for n in op[1]) + ")"
     return f"{kind}(#{op[1]})"
 
 
@@ -339,6 +359,9 @@ class LThread:
         self.offs = []
         self.op_desc = ""
         self.group = None  # a groups.GroupRun during a group operation
+        self.chunks = 0  # scoped chunks taken (their model numbers are -1, -2...)
+        self.scoped_calls = 0  # scoped() calls made, and the one in which
+        self.null_in = -1  # a chunk alloc last returned NULL (-1: none)
 
 
 # ------------------------------------------------------------- installing
@@ -378,6 +401,9 @@ def installed(overrides=None):
     overrides = dict(overrides or {})
     fake = FakeCuda()
     fake_warp = groups.FakeWarp(lambda: getattr(_tls, "thread", None))
+    from ..device import api as real_api
+
+    fake_api = FakeApi(real_api)
     saved = []
     if not _INSTALL_LOCK.acquire(timeout=STEP_TIMEOUT):
         raise RuntimeError("another exploration holds the device modules")
@@ -400,6 +426,8 @@ def installed(overrides=None):
                     new = fake
                 elif name == "warp" and isinstance(v, types.ModuleType):
                     new = fake_warp
+                elif name == "api" and v is real_api:
+                    new = fake_api
                 elif _is_dispatcher(v):
                     new = v.py_func
                 if name in overrides:
@@ -415,6 +443,42 @@ def installed(overrides=None):
         for g, name, v in reversed(saved):
             g[name] = v
         _INSTALL_LOCK.release()
+
+
+class FakeApi:
+    """:mod:`devalloc.device.api` as scoped scratch sees it while exploring.
+
+    The real public ``alloc``/``free`` (so the real device code runs), with
+    each chunk they take or give back told to the model as an operation of
+    its own: a chunk is a heap block like any other until ``usage()``
+    reports it apart.
+    """
+
+    def __init__(self, api):
+        self._api = api
+        self.scratch_poison = api.scratch_poison
+        self.scratch_check = api.scratch_check
+
+    def alloc(self, ctx, nbytes):
+        t = _tls.thread
+        if t.null_in == t.scoped_calls:
+            # scoped's retry with a smaller chunk: it takes the first
+            # failure back (one request, one count), after this alloc.
+            t.events.append(("unfail",))
+        t.chunks += 1
+        t.events.append(("start", "alloc", (), 1))
+        t.touched = False
+        off = int(self._api.alloc(ctx, nbytes))
+        t.events.append(("alloc", -t.chunks, int(nbytes), off, True))
+        t.null_in = t.scoped_calls if off == L.NULL else -1
+        return off
+
+    def free(self, ctx, off):
+        t = _tls.thread
+        t.events.append(("start", "free", (int(off),), 1))
+        t.touched = False
+        self._api.free(ctx, off)
+        t.events.append(("free", "free"))
 
 
 # ---------------------------------------------------------------- machine
@@ -435,6 +499,10 @@ class Machine:
         self.npages = scenario.npages
         self.alloc = core.alloc  # the py_funcs, once installed
         self.free = core.free
+        bump_mod = sys.modules[f"{core.__package__}.bump"]
+        scope_mod = sys.modules[f"{core.__package__}.scope"]
+        self.bump = bump_mod.bump
+        self.mark, self.scoped, self.release = scope_mod.mark, scope_mod.scoped, scope_mod.release
         if _is_dispatcher(self.alloc):
             raise RuntimeError("Machine must be created inside explorer.installed()")
         self._Ctx = Ctx
@@ -525,6 +593,14 @@ class Machine:
                 self.free(ctx, off)
                 t.events.append(("free", "invalid"))
                 self._returned(t, None)
+            elif kind == "bump":
+                t.events.append(("start", "bump", (), 1))
+                off = int(self.bump(ctx, op[1]))
+                t.events.append(("bump", len(t.offs), op[1], off))
+                self._returned(t, off)
+                t.offs.append(off)
+            elif kind == "scope":
+                self._scope(t, k, op[1])
             elif kind in ("write", "verify"):
                 off = t.offs[op[1]]
                 if off == L.NULL:
@@ -545,6 +621,32 @@ class Machine:
             else:
                 raise ValueError(f"unknown operation {op!r}")
 
+    def _scope(self, t, k, sizes):
+        """Run a ``("scope", sizes)`` operation: mark, scoped each, verify, release."""
+        ctx = self.ctx
+        t.events.append(("scope", True))
+        m = int(self.mark(ctx, L.SCOPE_NONE))
+        s = m
+        got = []
+        for j, n in enumerate(sizes):
+            t.scoped_calls += 1
+            off, s = self.scoped(ctx, s, n)
+            off, s = int(off), int(s)
+            if off != L.NULL:
+                key = (t.tid * 37 + (k * 8 + j) * 11 + 5) & 0xFF
+                self.arena[off:off + n] = key
+                got.append((off, n, key))
+        if got:
+            self.park(t, ("verify", got[0][0], "program", 0))
+        for off, n, key in got:
+            if not (self.arena[off:off + n] == key).all():
+                t.events.append(("corrupt", off, n))
+        s = int(self.release(ctx, s, m))
+        if s != L.SCOPE_NONE:
+            raise Fault("scope", f"release of the outermost scope returned state {s}")
+        t.events.append(("scope", False))
+        self._returned(t, [off for off, _, _ in got])
+
     def _returned(self, t, value):
         self.trace.append((t.tid, t.op_desc, None, None, "=", None, None, None, None, value))
 
@@ -553,7 +655,7 @@ class Machine:
         """Return the size thread ``t``'s allocation number ``i`` asked for."""
         sizes = []
         for op in t.spec.ops:
-            if op[0] == "alloc":
+            if op[0] in ("alloc", "bump"):
                 sizes.append(op[1])
             elif op[0] == "alloc_group":
                 sizes += [op[1]] * op[2]
@@ -610,7 +712,13 @@ class Machine:
             elif kind == "start":
                 m.start(t.tid, ev[1], [m.live.get(off) for off in ev[2]], ev[3])
             elif kind == "alloc":
-                m.alloc_done(t.tid, ev[1], ev[2], ev[3])
+                m.alloc_done(t.tid, *ev[1:])
+            elif kind == "bump":
+                m.bump_done(t.tid, ev[1], ev[2], ev[3])
+            elif kind == "scope":
+                m.scoping(t.tid, ev[1])
+            elif kind == "unfail":
+                m.failed -= 1
             elif kind == "free":
                 m.free_done(t.tid, ev[1])
             elif kind == "corrupt":
@@ -640,6 +748,8 @@ class Machine:
             for off in sorted(self.model.live):
                 self.free(self.ctx, off)
             check_drained(self.meta.words, self.npages)
+            if self.meta.words[L.H_BUMP] or self.model.bumped:
+                return  # bump chunks stay until reset: the arena is not whole
             whole = self.npages * L.PAGE
             off = self.alloc(self.ctx, whole)
             if off != 0:

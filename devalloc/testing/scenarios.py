@@ -39,6 +39,8 @@ W = "write"
 V = "verify"
 AG = "alloc_group"  # (AG, n, k): k lanes of a warp allocate n bytes together
 FG = "free_group"   # (FG, (i, j, ...)): lanes free those blocks together
+B = "bump"          # (B, n): bump n bytes (numbered like an alloc, never freed)
+S = "scope"         # (S, (n1, n2...)): a scope taking scoped scratch of each size
 
 EXHAUSTIVE = (
     # Two slot holders of one slab, both in bitmap word 0, same block.
@@ -121,9 +123,34 @@ EXHAUSTIVE = (
         _t(0, 0, (A, 64), (F, 0), (A, 4096), (F, 1)),
         _t(1, 0, (A, 100), (F, 0), (A, 64), (F, 1)),
     )),
+    # Two bumpers on one-page chunks of a two-page heap: racing installers
+    # (the loser gives its page back), slices of one chunk, a replaced
+    # chunk, and a third chunk that does not fit (NULL).
+    Scenario("bump_race", 2, (
+        _t(0, 0, (B, 6000), (W, 0), (B, 6000), (V, 0)),
+        _t(1, 0, (B, 6000), (B, 6000), (B, 6000)),
+    )),
+    # A bump too large for a chunk takes pages of its own, racing with a
+    # large block and a chunk for the same pages.
+    Scenario("bump_large", 2, (
+        _t(0, 0, (B, 9000), (W, 0), (V, 0)),
+        _t(1, 0, (A, 9000), (B, 64), (F, 0)),
+    )),
 )
 
 PCT = (
+    # A scope's chain grows (a 320-byte chunk, then a 2 KiB one) while
+    # another thread allocates and frees in the same two classes.
+    Scenario("scope_grow_vs_alloc", 2, (
+        _t(0, 0, (S, (64, 500))),
+        _t(1, 0, (A, 300), (W, 0), (F, 0), (A, 2000), (F, 1)),
+    )),
+    # Releases free a scope's chunk while another thread reuses blocks of
+    # the chunk's class on the same slab.
+    Scenario("scope_release_vs_reuse", 1, (
+        _t(0, 0, (S, (64,)), (S, (64,))),
+        _t(1, 0, (A, 288), (W, 0), (F, 0), (A, 288), (F, 1)),
+    )),
     # Four threads on a two-slot slab: exhaustion, reuse, retire, retake.
     Scenario("pct_slab_4t", 1, (
         _t(0, 0, (A, 8192), (W, 0), (V, 0), (F, 0), (A, 8192)),
