@@ -1,25 +1,13 @@
 """Bump allocation: monotonic blocks, released all at once by ``reset``.
 
-``bump(ctx, n)`` hands out blocks that are never freed one by one. They come
-from *bump chunks*: runs of pages taken from the same arena as slabs and
-large blocks (no fixed partition), tagged TAG_BUMP so that ``free`` rejects
-any offset inside them. The current chunk lives in one metadata word,
-``H_BUMP`` (layout.py, "bump word").
-
-Shared words and who touches them:
-
-* ``H_BUMP``: ``cas`` by bump allocators only. A ``cas`` (not an ``add``) so
-  that a request that does not fit changes nothing: the cursor never runs
-  past the chunk and the fields never overflow into one another.
-* ``H_BUMP_DONE``: ``add`` by the thread that replaced a chunk (its final
-  count) and by large bumps (1 each); read by the host.
-* page state words: through :mod:`devalloc.device.pages`.
-
-Warp aggregation: lanes of a warp that bump the same (16-byte rounded) size
-at the same time form a group; its leader claims ``size * lanes`` bytes with
-one ``cas`` and each lane takes its slice by rank. So a converged warp
-bumping one size costs one atomic. On the simulator every lane is its own
-group (:mod:`devalloc.device.warp`).
+``bump(ctx, n)`` hands out blocks that are never freed one by one, from
+*bump chunks*: runs of pages of the same arena (no fixed partition), tagged
+TAG_BUMP so that ``free`` rejects any offset inside them. The current chunk
+is one word, H_BUMP (layout.py, "bump word"): ``cas`` by bump allocators
+only, so a request that does not fit changes nothing. H_BUMP_DONE: ``add``
+by the thread that replaced a chunk and by large bumps. Lanes of a warp
+bumping one size form a group whose leader claims for all with one ``cas``.
+Who races with whom: docs/correctness.md, "Bump and scoped scratch".
 """
 
 from numba import cuda, int64

@@ -1,37 +1,18 @@
 """Scoped scratch: a thread-private stack of chunks, released in LIFO order.
 
-Usage inside a kernel (``s`` is a plain int64 local the thread keeps)::
+Inside a kernel (``s`` is a plain int64 local the thread keeps)::
 
-    s = devalloc.SCOPE_NONE
-    m = devalloc.mark(ctx, s)          # open a scope; m is its mark
-    s = m
+    m = devalloc.mark(ctx, s); s = m           # open a scope; m is its mark
     off, s = devalloc.scoped(ctx, s, nbytes)   # no atomic
-    ...
-    s = devalloc.release(ctx, s, m)    # close it: everything since m is gone
+    s = devalloc.release(ctx, s, m)            # everything since m is gone
 
-The state ``s`` (and every mark) packs the thread's current chunk, the bytes
-used in it and the depth of open scopes (layout.py, "scope state"). Chunks
-are ordinary heap blocks taken with the public ``alloc`` (a slab
-block while small, whole pages when large: atomics only then); each starts
-with a 32-byte header holding the previous and next chunk's offset + 1 and
-the chunk's size, so a thread's chunks form a chain. The first chunk holds
-four times the first request (at least SCOPE_MIN_CHUNK bytes); a chunk that
-is full is followed by one twice as large (or as large as the request
-needs), up to SCOPE_MAX_CHUNK. ``release`` of an inner scope only moves the
-state back to the mark: the chunks after it stay in the chain and are
-reused by the next scopes; the outermost ``release`` frees them all.
-
-Chunks belong to one thread: their headers are read and written with plain
-loads and stores, never shared. Three striped counters (chunks taken, held,
-their bytes) let ``usage()`` report scoped scratch as ``scoped_bytes`` and
-keep it out of ``allocs``, ``frees``, ``live_blocks`` and ``in_use``.
-Misuse (a scoped call with no open scope, a release of a mark that is not
-the innermost open scope, nesting deeper than 255) changes nothing and is
-counted in ``usage().scope_misuse``. So does a state that cannot be this
-heap's (one from another heap, or corrupted): before a chunk's header is
-read, its offset is checked to lie in this arena with a sane size
-(:func:`_chunk_ok`), so no state makes ``scoped`` or ``release`` touch
-memory outside the arena.
+The state packs the current chunk, the bytes used in it and the depth
+(layout.py, "scope state"). Chunks are heap blocks taken with the public
+``alloc`` (so debug heaps guard them), chained through a 32-byte header read
+and written with plain accesses by their one thread; inner releases keep
+them for the next scopes, the outermost frees them. Misuse changes nothing
+and counts ``scope_misuse``. Details: docs/correctness.md, "Bump and scoped
+scratch".
 """
 
 from numba import cuda, int64

@@ -1,21 +1,14 @@
 """The CUDA simulator's side of devalloc: every read of numba-cuda internals.
 
-Nothing here compiles for a GPU, and nothing here is imported on one except
-:func:`install`, which returns at once there. Three parts:
-
-* this module: make every simulated atomic kind share one lock. numba-cuda's
-  simulator guards each kind with its own lock (``addlock``, ``caslock``...),
-  so an ``add`` and a ``cas`` on the same word could interleave and lose an
-  update; on a GPU every atomic on a word is atomic with respect to every
-  other, and devalloc mixes kinds on one word (``cas`` to reserve a slab
-  slot, ``add`` to release it);
-* :mod:`devalloc.sim.warp`: warp groups as a rendezvous of simulated threads;
-* :mod:`devalloc.sim.atomics`: ``count_atomics``, the exact atomic counter
-  the tests and the benchmarks use.
-
-Installed once, at the first use of :mod:`devalloc`'s public names, and only
-when the simulator is enabled. Names it reads are checked, so a numba-cuda
-that renames them fails loudly instead of silently.
+Nothing here compiles for a GPU. This module makes every simulated atomic
+kind share one lock: the simulator guards each kind with its own
+(``addlock``, ``caslock``...), so an ``add`` and a ``cas`` on one word could
+interleave, while on a GPU every atomic on a word is atomic with respect to
+every other, and devalloc mixes kinds on one word. :mod:`.warp` forms warp
+groups as a rendezvous of simulated threads; :mod:`.atomics` counts atomics
+(``count_atomics``, public). Installed at the first use of devalloc's public
+names, only on the simulator; the names it reads are checked, so a
+numba-cuda that renames them fails loudly.
 """
 
 import threading
