@@ -97,10 +97,11 @@ class Usage:
 def usage_from_meta(meta, npages):
     """Return the :class:`Usage` described by metadata ``meta`` of ``npages``."""
     meta = np.asarray(meta, dtype=np.int64)
-    state = meta[L.STATE_BASE:L.STATE_BASE + npages]
-    tag = state & L.TAG_MASK
-    n = (state >> L.N_SHIFT) & L.N_MASK
-    count = (state & L.COUNT_MASK) >> L.COUNT_SHIFT
+    # The layout's accessors are plain arithmetic: they work on arrays too.
+    state = meta[L.state_word(0):L.state_word(npages)]
+    tag = L.state_tag(state)
+    n = L.state_n(state)
+    count = L.state_count(state)
 
     heads = tag == L.TAG_HEAD
     large_live = int(heads.sum())
@@ -115,7 +116,7 @@ def usage_from_meta(meta, npages):
         if not nslabs:
             continue
         size = L.class_size(c)
-        live = int((n[slabs] & L.LIVE_MASK).sum())
+        live = int(L.slab_live(state[slabs]).sum())
         small_live += live
         small_bytes += live * size
         classes[size] = ClassUsage(size, live, nslabs, nslabs * L.PAGE - live * size)
@@ -123,7 +124,7 @@ def usage_from_meta(meta, npages):
     reserved_pages = int((tag != L.TAG_FREE).sum())
     bump_bytes = int(n[tag == L.TAG_BUMP].sum()) * L.PAGE
     bump_word = int(meta[L.H_BUMP])
-    bump_allocs = int(meta[L.H_BUMP_DONE]) + ((bump_word >> L.BUMP_COUNT_SHIFT) & L.BUMP_COUNT_MAX)
+    bump_allocs = int(meta[L.H_BUMP_DONE]) + L.bump_count(bump_word)
     live = small_live + large_live
     allocs = int(count.sum()) + int(meta[L.H_ALLOC_FOLD]) - int(meta[L.H_ALLOC_UNDO])
     stripes = [L.stripe_word(s, 0) for s in range(L.STRIPES)]
@@ -168,12 +169,12 @@ def live_blocks(meta, npages):
     whose freed bit is clear; a large block is its HEAD page.
     """
     meta = np.asarray(meta, dtype=np.int64)
-    state = meta[L.STATE_BASE:L.STATE_BASE + npages]
-    tag = state & L.TAG_MASK
+    state = meta[L.state_word(0):L.state_word(npages)]
+    tag = L.state_tag(state)
     heads = np.flatnonzero(tag == L.TAG_HEAD)
     offs = [heads * L.PAGE]
-    sizes = [((state[heads] >> L.N_SHIFT) & L.N_MASK) * L.PAGE]
-    slabs = np.flatnonzero((tag >= 1) & (tag <= L.NCLASSES))
+    sizes = [L.state_n(state[heads]) * L.PAGE]
+    slabs = np.flatnonzero((tag >= 1) & (tag <= L.NCLASSES))  # is_slab_tag, vectorized
     bitmaps = meta[L.bits_base(npages):L.meta_words(npages)].reshape(npages, L.BITMAP_WORDS)
     block = np.arange(L.MAX_SLAB_BLOCKS)
     for lo in range(0, len(slabs), _SLAB_BATCH):
@@ -182,9 +183,9 @@ def live_blocks(meta, npages):
         # word, least significant bit first.
         words = bitmaps[pages].astype("<u4")
         freed = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little")
-        cursor = (state[pages] >> L.CURSOR_SHIFT) & L.CURSOR_MASK
+        cursor = L.slab_cursor(state[pages])
         slab, k = np.nonzero((freed == 0) & (block < cursor[:, None]))
-        size = _CLASS_SIZES[tag[pages] - 1][slab]
+        size = _CLASS_SIZES[L.slab_class(tag[pages])][slab]
         offs.append(pages[slab] * L.PAGE + k * size)
         sizes.append(size)
     offs = np.concatenate(offs)
