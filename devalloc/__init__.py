@@ -29,6 +29,7 @@ __all__ = [
     "HeapCorruption",
     "HeapExhausted",
     "NULL",
+    "ObsCtx",
     "OutOfMemoryError",
     "PAGE",
     "RunResult",
@@ -40,7 +41,9 @@ __all__ = [
     "debug_ctx_type",
     "free",
     "mark",
+    "obs_ctx_type",
     "release",
+    "replay",
     "scoped",
     "view",
 ]
@@ -61,7 +64,10 @@ _WHERE = {
     "debug_ctx_type": "ctx",
     "Ctx": "ctx",
     "Heap": "host",
+    "replay": "replayer",
     "ctx_type": "ctx",
+    "ObsCtx": "ctx",
+    "obs_ctx_type": "ctx",
     "RunResult": "host",
     "DevallocError": "errors",
     "HeapClosedError": "errors",
@@ -74,7 +80,7 @@ _WHERE = {
 
 
 #: Submodules reachable as attributes without an explicit import.
-_SUBMODULES = ("aot", "device", "layout", "probes", "sim", "stats", "target")
+_SUBMODULES = ("aot", "device", "layout", "observed", "probes", "sim", "stats", "target")
 
 
 def _load():

@@ -2,7 +2,9 @@
 
 A ``Ctx`` bundles a heap's two device arrays (the arena bytes and the
 ``int64`` metadata); a ``DebugCtx`` adds the debug record words and the
-requested-size table. They are
+requested-size table; an ``ObsCtx`` (a heap made with ``profile=True`` or
+``trace=N``) adds the profile counters and the trace, with the debug arrays
+empty unless ``debug=True`` too. They are
 plain named tuples, so kernels take them as ordinary arguments and the
 device code can tell a debug heap from its type when it compiles. Shared by
 the host (:class:`devalloc.Heap` builds them) and the device code, which
@@ -27,3 +29,10 @@ ctx_type = types.NamedTuple([_BYTES, _WORDS], Ctx)
 #: The Numba type of a debug heap's ``ctx``.
 debug_ctx_type = types.NamedTuple(
     [_BYTES, _WORDS, _WORDS, types.Array(types.uint16, 1, "C")], DebugCtx)
+
+#: The handle of an observed heap (profile counters, allocation trace; debug
+#: arrays of length 0 unless it is a debug heap too).
+ObsCtx = collections.namedtuple("ObsCtx", ["arena", "meta", "debug", "sizes", "prof", "trace"])
+#: The Numba type of an observed heap's ``ctx``.
+obs_ctx_type = types.NamedTuple(
+    [_BYTES, _WORDS, _WORDS, types.Array(types.uint16, 1, "C"), _WORDS, _WORDS], ObsCtx)

@@ -19,13 +19,15 @@ Which calls synchronize the host:
 import math
 import numbers
 import os
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 from numba import config, cuda
 
 from . import layout as L
-from .ctx import Ctx, DebugCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
+from . import observed
+from .ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
 from .debug_host import describe, find_corruption, requested_size
 from .errors import HeapClosedError, HeapCorruption, HeapExhausted, OutOfMemoryError
 from .stats import live_blocks, usage_from_meta
@@ -166,18 +168,26 @@ class Heap:
     :param debug: True to build a debug heap: every block gets guard bytes,
         freed blocks are poisoned, misuse is recorded; see :meth:`check` and
         :meth:`live`. Kernels compiled for a normal heap are unaffected.
+    :param profile: True to keep device-side profile counters (failures by
+        cause; see ``usage().profile``).
+    :param trace: record the first ``trace`` events (alloc, free, bump, mark,
+        scoped, release) in device memory; see :meth:`trace`. With
+        ``profile`` or ``trace`` the heap is *observed*: its ``ctx`` has its
+        own type, so kernels compiled for a normal heap are unaffected.
 
     Creating a heap allocates and zeroes device memory; it launches no
     kernel. Use it as a context manager, or call :meth:`close`, to free its
     memory deterministically.
     """
 
-    def __init__(self, capacity=None, *, stream=0, memory=None, device=None, debug=False):
+    def __init__(self, capacity=None, *, stream=0, memory=None, device=None, debug=False,
+                 profile=False, trace=0):
         self.stream = _check_stream(stream, "stream=")
         self.device = device
         if not isinstance(debug, (bool, np.bool_)):
             raise TypeError(f"debug= must be True or False, got {type(debug).__name__}: {debug!r}")
         self.debug = bool(debug)
+        self.profile, self.trace_room = observed.check_options(profile, trace)
         self._memory = memory
         self._closed = False
         if memory is None and capacity is None:
@@ -237,6 +247,23 @@ class Heap:
         else:
             self._debug = self._sizes = None
             self._ctx = Ctx(self._arena, self._meta)
+        self._prof = self._trace = None
+        if self.profile or self.trace_room:
+            self._build_observed()
+
+    def _build_observed(self):
+        # Unused arrays have length 0: the observed path tests their length.
+        def words(n):
+            a = cuda.device_array(n, np.int64, stream=self.stream)
+            if n:
+                _zero(a, n * 8, self.stream)
+            return a
+
+        self._prof = words(L.PROF_WORDS if self.profile else 0)
+        self._trace = words(L.trace_words(self.trace_room) if self.trace_room else 0)
+        debug = self._debug if self.debug else words(0)
+        sizes = self._sizes if self.debug else cuda.device_array(0, np.uint16, stream=self.stream)
+        self._ctx = ObsCtx(self._arena, self._meta, debug, sizes, self._prof, self._trace)
 
     @staticmethod
     def _carve(raw, address, capacity):
@@ -312,13 +339,36 @@ class Heap:
         self._live()
         with self._on_device():
             _zero(self._meta, self._meta.size * 8, self._stream(stream))
-            if self._debug is not None:
-                _zero(self._debug, L.DEBUG_WORDS * 8, self._stream(stream))
+            for array in (self._debug, self._prof, self._trace):
+                if array is not None and array.size:
+                    _zero(array, array.size * 8, self._stream(stream))
 
     def usage(self, stream=None):
-        """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`."""
+        """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`.
+
+        On a heap made with ``profile=True``, ``usage().profile`` holds the
+        profile counters (``devalloc.layout.PROF_NAMES``); otherwise it is None.
+        """
         meta = self._snapshot(self._meta, stream)
-        return usage_from_meta(meta, self.npages)
+        u = usage_from_meta(meta, self.npages)
+        if self.profile:
+            u = dataclasses.replace(u, profile=observed.profile_dict(
+                self._snapshot(self._prof, stream)))
+        return u
+
+    def trace(self, stream=None):
+        """Synchronize and return the recorded events, in sequence order.
+
+        A :class:`~devalloc.observed.Trace`: a NumPy structured array with
+        the fields ``seq``, ``op`` (alloc, free, free_invalid, bump, mark,
+        scoped, release), ``nbytes``, ``offset`` (NULL for a failure; a
+        mark's or release's mark) and ``thread`` (global linear thread
+        index), and ``.dropped``, the events past ``trace=N`` that were
+        counted but not kept. ``reset`` clears it. Heaps made with ``trace=N`` only.
+        """
+        if not self.trace_room:
+            raise ValueError("trace() needs a heap made with trace=N (the events to keep)")
+        return observed.decode_trace(self._snapshot(self._trace, stream), self.trace_room)
 
     def live(self, stream=None):
         """Synchronize and list the live blocks as ``(offset, size)`` pairs.
@@ -375,14 +425,14 @@ class Heap:
         ``memory=``, the new capacity must fit in that buffer.
         """
         self._live()
-        old = (self._arena, self._meta, self._debug, self._sizes, self._ctx, self.requested,
-               self.npages)
+        old = (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
+               self._ctx, self.requested, self.npages)
         try:
             with self._on_device():
                 self._build(capacity)
         except Exception:
-            (self._arena, self._meta, self._debug, self._sizes, self._ctx,
-             self.requested, self.npages) = old
+            (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
+             self._ctx, self.requested, self.npages) = old
             raise
 
     def run(self, kernel, griddim, blockdim, *args, ceiling, growth=2.0, max_attempts=16):
@@ -447,7 +497,7 @@ class Heap:
         """
         if arg is self:
             return True
-        if not isinstance(arg, (Ctx, DebugCtx)):
+        if not isinstance(arg, (Ctx, DebugCtx, ObsCtx)):
             return False
         if arg.meta is self._meta and arg.arena is self._arena:
             return True
@@ -463,6 +513,7 @@ class Heap:
         if not self._closed:
             self._closed = True
             self._arena = self._meta = self._ctx = self._debug = self._sizes = None
+            self._prof = self._trace = None
 
     @property
     def closed(self):

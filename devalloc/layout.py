@@ -134,7 +134,7 @@ TAG_MASK = (1 << TAG_BITS) - 1
 TAG_FREE = 0
 TAG_HEAD = 0x40
 TAG_TAIL = 0x41
-#: Head of a bump chunk (devalloc.device.bump); n = its pages. Not freeable.
+#: Head of a bump chunk (devalloc.device.bumpalloc); n = its pages. Not freeable.
 TAG_BUMP = 0x42
 #: A slab being retired: its last block was freed and the retiring thread is
 #: clearing its bitmap. No valid operation changes the page until it becomes
@@ -543,6 +543,69 @@ def debug_size_slots(npages):
     return npages << (PAGE_SHIFT - DEBUG_SLOT_SHIFT)
 
 
+# ============================================================ trace record
+# An observed heap's ``trace`` array (int64 words), Heap(trace=N):
+#   [0]                                   events attempted (the sequence counter)
+#   [TRACE_BASE + i * TRACE_WORDS + field] event i (its sequence number), below
+# Only the first N events are kept; the rest are counted in [0] and dropped.
+TRACE_BASE = 8
+TRACE_WORDS = 4
+T_OP = 0
+T_NBYTES = 1
+T_OFFSET = 2    # the block's offset (NULL: failed); a mark's or release's mark
+T_THREAD = 3    # global linear thread index
+OP_ALLOC = 1
+OP_FREE = 2     # a valid free
+OP_BUMP = 3
+OP_SCOPED = 4
+OP_RELEASE = 5
+OP_MARK = 6
+OP_FREE_INVALID = 7  # a free that changed nothing (counted in invalid_frees)
+OP_NAMES = {OP_ALLOC: "alloc", OP_FREE: "free", OP_BUMP: "bump", OP_SCOPED: "scoped",
+            OP_RELEASE: "release", OP_MARK: "mark", OP_FREE_INVALID: "free_invalid"}
+
+
+@register_jitable
+def trace_word(i, field):
+    """Return the trace word of ``field`` in event ``i``."""
+    return TRACE_BASE + i * TRACE_WORDS + field
+
+
+@register_jitable
+def trace_words(n):
+    """Return the ``trace`` array's length for ``n`` kept events."""
+    return TRACE_BASE + n * TRACE_WORDS
+
+
+# ============================================================ profile counters
+# An observed heap's ``prof`` array (int64 words), Heap(profile=True):
+# PROF_STRIPES stripes of one 128-byte line each, chosen by block index as
+# the failure stripes are; counter k of stripe s is word s * PROF_STRIDE + k.
+PROF_STRIPES = 8
+PROF_STRIDE = 16
+P_CAS_RETRIES = 0      # state-word cas that lost (slab reserve, page take, retire)
+P_PAGES_SCANNED = 1    # pages visited by the slab search and the large scan
+P_SLABS_TAKEN = 2      # free pages that became slabs
+P_SLABS_RETIRED = 3    # empty slabs that became free pages
+P_LARGE_SCANS = 4      # passes of the large-block scan
+P_HINT_MOVES = 5       # class hints moved to another page
+P_FAILED_TOO_BIG = 6   # NULL: larger than the arena (alloc, bump, scoped)
+P_FAILED_NONPOSITIVE = 7  # NULL: nbytes <= 0
+P_FAILED_NO_PAGE = 8   # NULL: no page could serve it (full, or lost every race)
+PROF_COUNTERS = 9
+PROF_WORDS = PROF_STRIPES * PROF_STRIDE
+#: ``usage().profile`` keys, by counter.
+PROF_NAMES = ("cas_retries", "pages_scanned", "slabs_taken", "slabs_retired",
+              "large_scans", "hint_moves", "failed_too_big", "failed_nonpositive",
+              "failed_no_page")
+
+
+@register_jitable
+def prof_word(stripe, counter):
+    """Return the ``prof`` word of ``counter`` in ``stripe``."""
+    return stripe * PROF_STRIDE + counter
+
+
 # ============================================================ ties
 assert class_size(NCLASSES - 1) == MAX_SMALL and size_class(MAX_SMALL) == NCLASSES - 1
 assert class_size(LINEAR_CLASSES - 1) == LINEAR_MAX == 1 << LINEAR_SHIFT
@@ -556,3 +619,4 @@ assert SCOPE_MAX_CHUNK + PAGE == (SCOPE_CURSOR_MASK + 1) << ALIGN_SHIFT
 assert CHUNK_SIZE + 8 <= SCOPE_HEADER
 assert DEBUG_WORDS == record_word(RECORDS, R_KIND)
 assert PAGE + GUARD < 1 << 16  # a debug block's slack fits a uint16 sizes entry
+assert len(OP_NAMES) == OP_FREE_INVALID and len(PROF_NAMES) == PROF_COUNTERS <= PROF_STRIDE

@@ -19,6 +19,7 @@ from numba import cuda, types
 
 import devalloc
 from devalloc import aot
+from devalloc.ctx import obs_ctx_type
 
 
 def k_empty(ctx, n, out):
@@ -103,10 +104,25 @@ PROBES = {
     # poison and checks compiled in.
     "debug_alloc_view_free": k_alloc_view_free,
     "debug_scoped": k_scoped,
+    # On an observed heap (Heap(..., profile=True, trace=N)): failure
+    # causes counted, every call recorded in the trace.
+    "observed_alloc_view_free": k_alloc_view_free,
+    "observed_bump": k_bump,
+    "observed_scoped": k_scoped,
 }
 
 SIG = (devalloc.ctx_type, types.int64, types.int64[::1])
 DEBUG_SIG = (devalloc.debug_ctx_type, types.int64, types.int64[::1])
+OBSERVED_SIG = (obs_ctx_type, types.int64, types.int64[::1])
+
+
+def signature(name):
+    """Return the argument types of probe ``name`` (its heap kind from its prefix)."""
+    if name.startswith("debug_"):
+        return DEBUG_SIG
+    if name.startswith("observed_"):
+        return OBSERVED_SIG
+    return SIG
 
 
 def measure(ccs=((7, 5), (9, 0)), probes=None):
@@ -115,7 +131,7 @@ def measure(ccs=((7, 5), (9, 0)), probes=None):
     for cc in ccs:
         base = None
         for name, fn in (probes or PROBES).items():
-            sig = DEBUG_SIG if name.startswith("debug_") else SIG
+            sig = signature(name)
             ptx, _ = aot.compile_ptx(fn, sig, cc=cc)
             r = aot.assemble(ptx, cc)
             row = {"kernel": name, "arch": r.arch, "registers": r.registers,
@@ -142,6 +158,11 @@ def check_traps():
       ``warp.merge_bits`` must widen it without sign extension (a group with
       lane 31 would otherwise shuffle from lanes outside the group). True
       when the PTX zero-extends the match result and never sign-extends it.
+    * ``observed_path_only_when_observed``: a kernel compiled for a normal
+      heap's ctx contains no code of :mod:`devalloc.device.observe` (so
+      profiling costs normal heaps nothing), one for an observed heap does.
+    * ``replay_kernel_spills``: spill bytes of :func:`devalloc.replay`'s
+      kernel on sm_90 (it compiles for the GPU, not only the simulator).
     """
     out = {}
 
@@ -171,6 +192,15 @@ def check_traps():
     except Exception as e:
         out["return_created_array_rejected"] = "Only accept returning of array" in str(e)
     out["merge_mask_zero_extended"] = _merge_mask_zero_extended()
+    normal, _ = aot.compile_ptx(k_alloc_view_free, SIG, cc=(9, 0))
+    observed, _ = aot.compile_ptx(k_alloc_view_free, OBSERVED_SIG, cc=(9, 0))
+    out["observed_path_only_when_observed"] = "observe" not in normal and "observe" in observed
+    from devalloc import replayer
+
+    words = types.int64[::1]
+    ptx, _ = aot.compile_ptx(replayer._replay_kernel.py_func, (devalloc.ctx_type,) + (words,) * 7,
+                             cc=(9, 0))
+    out["replay_kernel_spills"] = aot.assemble(ptx, (9, 0)).spill_bytes
     return out
 
 

@@ -28,7 +28,9 @@ A ``large`` row counts the live blocks of more than 8 KiB (whole pages;
 their bytes are in ``in use``). Class and large rows count every block the
 heap holds, threads' scoped-scratch chunks included (those are reported as
 ``scoped chunks`` and kept out of ``in use``, ``allocs`` and ``frees``);
-``bump chunks`` rows appear once ``bump`` has been used.
+``bump chunks`` rows appear once ``bump`` has been used, and a ``profile``
+section (the counters of ``usage().profile``) for heaps made with
+``profile=True``.
 
 ``format_worker_usage({worker: usage})`` prints the heaps of several Dask
 workers (:func:`devalloc.distributed.usage`) as one table, a row per worker
@@ -120,12 +122,19 @@ def format_usage(usage, title="heap usage"):
     rows = _class_rows(usage)
     if not rows:
         lines.append("  no size class holds a slab")
-        return "\n".join(lines)
-    heads = ("size class", "blocks live", "slabs held", "slack bytes", "slack")
-    widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(heads)]
-    lines.append("  " + "  ".join(f"{h:>{w}}" for h, w in zip(heads, widths)))
-    for r in rows:
-        lines.append("  " + "  ".join(f"{v:>{w}}" for v, w in zip(r, widths)))
+    else:
+        heads = ("size class", "blocks live", "slabs held", "slack bytes", "slack")
+        widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(heads)]
+        lines.append("  " + "  ".join(f"{h:>{w}}" for h, w in zip(heads, widths)))
+        for r in rows:
+            lines.append("  " + "  ".join(f"{v:>{w}}" for v, w in zip(r, widths)))
+    profile = getattr(usage, "profile", None)
+    if profile:
+        lines.append("  profile")
+        w = max(len(k) for k in profile)
+        vw = max(len(str(v)) for v in profile.values())
+        for k, v in profile.items():
+            lines.append(f"    {k.replace('_', ' '):<{w}}  {v:>{vw}}")
     return "\n".join(lines)
 
 

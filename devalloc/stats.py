@@ -65,6 +65,9 @@ class Usage:
     #: Scoped-scratch chunks threads hold now: blocks that ``Heap.live()``
     #: lists and ``live_blocks`` leaves out.
     scoped_chunks: int = 0
+    #: Profile counters of a heap made with ``profile=True`` (keys:
+    #: ``devalloc.layout.PROF_NAMES``), else None.
+    profile: dict = field(default=None, compare=False)
 
     def suggest_capacity(self, headroom=0.25):
         """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.

@@ -42,7 +42,7 @@ def rows(result, kernel):
 
 @pytest.mark.parametrize("kernel", [
     "alloc", "free", "alloc_view_free", "conditional", "bump", "scoped", "debug_alloc_view_free",
-    "debug_scoped"])
+    "debug_scoped", "observed_alloc_view_free", "observed_bump", "observed_scoped"])
 def test_public_device_api_compiles_without_spills(probe_result, kernel):
     for r in rows(probe_result, kernel):
         assert r["spill_bytes"] == 0, r
@@ -123,3 +123,13 @@ def test_merge_bits_widens_the_warp_mask_without_sign_extension(probe_result):
     # 31 would make merge_bits shuffle from 32 lanes outside the group (a
     # bug the simulator cannot show). Pinned on the PTX.
     assert probe_result["traps"]["merge_mask_zero_extended"] is True
+
+
+def test_normal_heaps_compile_no_observed_code(probe_result):
+    # Profile counters and the trace cost nothing on normal heaps: the path
+    # is chosen from the ctx's type when the kernel compiles.
+    assert probe_result["traps"]["observed_path_only_when_observed"] is True
+
+
+def test_the_replay_kernel_compiles_for_the_gpu(probe_result):
+    assert probe_result["traps"]["replay_kernel_spills"] == 0

@@ -147,7 +147,8 @@ def test_mixed_atomic_kinds_lose_no_update(fine_interleaving):
 #: a name added to or dropped from the API must be added or dropped here.
 PUBLIC = {
     # host
-    "Heap", "Ctx", "DebugCtx", "ctx_type", "debug_ctx_type", "RunResult",
+    "Heap", "Ctx", "DebugCtx", "ObsCtx", "ctx_type", "debug_ctx_type", "obs_ctx_type",
+    "RunResult", "replay",
     "Usage", "ClassUsage",
     # errors
     "DevallocError", "HeapClosedError", "HeapCorruption", "HeapExhausted",

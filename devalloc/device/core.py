@@ -86,12 +86,15 @@ def free(ctx, off):
     group of one), plus the retire (a ``cas``, an ``exch`` and the pages-used
     ``add``) when the slab empties; for a large block one ``cas`` on its
     head page, one ``and`` per tail page and the pages-used ``add``.
+
+    :returns: 1 if a block was freed (or ``off`` is NULL), 0 for an invalid
+        free (the observed heaps' trace tells them apart).
     """
     meta = ctx.meta
     o = int64(off)
     if o == L.NULL:
         warp.join_alone()  # free: no group (simulator: joins the rendezvous)
-        return
+        return 1
     npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
     ok = 0
     inside = o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0
@@ -113,3 +116,4 @@ def free(ctx, off):
             ok = _free_large(meta, p)
     if not ok:
         _count(meta, L.S_INVALID)
+    return ok

@@ -89,8 +89,7 @@ def free(ctx, off):
     """
     o = int64(off)
     if o == L.NULL:
-        core.free(ctx, o)  # nothing to free, but the lane joins its group
-        return
+        return core.free(ctx, o)  # nothing to free, but the lane joins its group
     arena = ctx.arena
     npages = arena.shape[0] >> L.PAGE_SHIFT
     cuda.threadfence()
@@ -110,7 +109,7 @@ def free(ctx, off):
             _record(ctx.debug, L.KIND_GUARD, o)
         for j in range(size):
             arena[o + j] = L.POISON_BYTE
-    core.free(ctx, o)
+    return core.free(ctx, o)
 
 
 @cuda.jit(device=True)

@@ -110,9 +110,9 @@ def view_simulated(ctx, off, count, dtype):
     """Simulator stand-in for :func:`view`: the same range rule, the same typing errors."""
     from numba.np.numpy_support import as_dtype
 
-    from ..ctx import Ctx, DebugCtx
+    from ..ctx import Ctx, DebugCtx, ObsCtx
 
-    if not isinstance(ctx, (Ctx, DebugCtx)):
+    if not isinstance(ctx, (Ctx, DebugCtx, ObsCtx)):
         raise TypeError(f"devalloc.view: ctx must be heap.ctx, got {type(ctx).__name__}")
     arena = ctx.arena
     dtype = as_dtype(check_view_args(_typeof(off), _typeof(count), _typeof(dtype)))

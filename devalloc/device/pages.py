@@ -3,7 +3,7 @@
 A large block (more than MAX_SMALL bytes) takes whole pages: its first
 page's state word is a HEAD holding the page count, the others are TAILs.
 Callers: :mod:`devalloc.device.core` (large ``alloc``/``free``) and
-:mod:`devalloc.device.bump` (chunks, tagged BUMP). Every state word change
+:mod:`devalloc.device.bumpalloc` (chunks, tagged BUMP). Every state word change
 is an atomic named below; the ordering argument is in docs/correctness.md.
 """
 

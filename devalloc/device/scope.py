@@ -78,7 +78,7 @@ def _chunk_changed(meta, taken, delta_bytes):
 @cuda.jit(device=True)
 def _free_chunk(ctx, chunk):
     size = _word(ctx.arena, chunk + L.CHUNK_SIZE)
-    api.free(ctx, chunk)
+    api.chunk_free(ctx, chunk)
     _chunk_changed(ctx.meta, -1, -_reserved(size))
 
 
@@ -108,10 +108,10 @@ def _new_chunk(ctx, prev, size, have):
     need = size + L.SCOPE_HEADER
     want = max(2 * have, 4 * size + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK)
     want = min(want, L.SCOPE_MAX_CHUNK)
-    new = api.alloc(ctx, want)
+    new = api.chunk_alloc(ctx, want)
     if new == L.NULL and need < want:
         want = need
-        new = api.alloc(ctx, want)
+        new = api.chunk_alloc(ctx, want)
         # Failure stripe: add -1; two tries are one request, counted at most once.
         cuda.atomic.add(meta, L.stripe_word(_stripe(), L.S_FAILED), -1)
     if new == L.NULL:

@@ -448,7 +448,7 @@ def installed(overrides=None):
 class FakeApi:
     """:mod:`devalloc.device.api` as scoped scratch sees it while exploring.
 
-    The real public ``alloc``/``free`` (so the real device code runs), with
+    The real ``chunk_alloc``/``chunk_free`` (so the real device code runs), with
     each chunk they take or give back told to the model as an operation of
     its own: a chunk is a heap block like any other until ``usage()``
     reports it apart.
@@ -459,7 +459,7 @@ class FakeApi:
         self.scratch_poison = api.scratch_poison
         self.scratch_check = api.scratch_check
 
-    def alloc(self, ctx, nbytes):
+    def chunk_alloc(self, ctx, nbytes):
         t = _tls.thread
         if t.null_in == t.scoped_calls:
             # scoped's retry with a smaller chunk: it takes the first
@@ -468,16 +468,16 @@ class FakeApi:
         t.chunks += 1
         t.events.append(("start", "alloc", (), 1))
         t.touched = False
-        off = int(self._api.alloc(ctx, nbytes))
+        off = int(self._api.chunk_alloc(ctx, nbytes))
         t.events.append(("alloc", -t.chunks, int(nbytes), off, True))
         t.null_in = t.scoped_calls if off == L.NULL else -1
         return off
 
-    def free(self, ctx, off):
+    def chunk_free(self, ctx, off):
         t = _tls.thread
         t.events.append(("start", "free", (int(off),), 1))
         t.touched = False
-        self._api.free(ctx, off)
+        self._api.chunk_free(ctx, off)
         t.events.append(("free", "free"))
 
 
@@ -499,7 +499,7 @@ class Machine:
         self.npages = scenario.npages
         self.alloc = core.alloc  # the py_funcs, once installed
         self.free = core.free
-        bump_mod = sys.modules[f"{core.__package__}.bump"]
+        bump_mod = sys.modules[f"{core.__package__}.bumpalloc"]
         scope_mod = sys.modules[f"{core.__package__}.scope"]
         self.bump = bump_mod.bump
         self.mark, self.scoped, self.release = scope_mod.mark, scope_mod.scoped, scope_mod.release
