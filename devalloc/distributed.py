@@ -34,6 +34,13 @@ Workers choose the GPU or the simulator for themselves when the heap is made
 (:func:`devalloc.target.choose`, which keeps an explicit
 NUMBA_ENABLE_CUDASIM); for a local cluster on the simulator, set
 ``NUMBA_ENABLE_CUDASIM=1`` in the environment before the cluster starts.
+
+The second half runs the examples sharded (``python -m devalloc demo
+--workers N``): :func:`split` cuts the threads into ranges, :func:`run_shard`
+runs one range of any example on a worker's heap (the example's
+``simulate``, with RNG states chosen by global thread index), and
+:func:`run_sharded` joins the shards in thread order and computes the
+example's result from them: the answer one process gives for the seed.
 """
 
 import threading
@@ -49,9 +56,9 @@ except ImportError as e:  # pragma: no cover - the extra is not installed
 
 from .errors import HeapExhausted, WorkerHeapError
 
-__all__ = ["HeapPlugin", "PLUGIN_NAME", "WorkerHeapError", "attach", "detach",
-           "grow_worker_heap", "run_shard", "run_sharded", "split", "usage",
-           "worker_heap"]
+__all__ = ["DEMO_CAPACITY", "HeapPlugin", "PLUGIN_NAME", "ShardedRun", "WorkerHeapError",
+           "attach", "detach", "grow_worker_heap", "run_demo", "run_shard", "run_sharded",
+           "split", "usage", "worker_heap"]
 
 #: The name the heap plugin is registered under on every worker.
 PLUGIN_NAME = "devalloc-heap"
@@ -103,7 +110,8 @@ def attach(client, capacity, **heap_kwargs):
 
     ``capacity`` is each worker's heap capacity in bytes; ``heap_kwargs``
     may be ``debug=`` and ``device=`` (default: the worker's current device,
-    its own GPU under dask-cuda). Calling it again replaces every worker's
+    its own GPU under dask-cuda; with ``device=N`` tasks must launch their
+    kernels under ``with cuda.gpus[N]``). Calling it again replaces every worker's
     heap (the old ones are closed). Raises TypeError or ValueError for a bad
     capacity or keyword before anything is registered.
     """
@@ -218,7 +226,8 @@ def run_shard(example, start, threads, seed, block=64, max_growths=8):
     single process with ``seed``. The heap is reset first; if allocations
     failed, it is grown (:func:`grow_worker_heap`, kept for later tasks) and
     the shard run again, up to ``max_growths`` times (then
-    :class:`HeapExhausted`). Returns the example's ``Shard``, naming the
+    :class:`HeapExhausted`). ``block`` is the launch's block size (it does
+    not change the answer). Returns the example's ``Shard``, naming the
     worker that ran it.
     """
     heap = worker_heap()
@@ -267,7 +276,7 @@ DEMO_CAPACITY = 2 << 20
 
 
 def _target_here(dask_worker):
-    return _plugin_of(dask_worker, "targets()").target
+    return _plugin_of(dask_worker, "run_demo()").target
 
 
 @dataclass
@@ -314,7 +323,8 @@ def run_demo(example, threads, seed, *, workers=None, scheduler=None, progress=N
     On a new local cluster of ``workers`` worker processes (one thread
     each), or on the running cluster at ``scheduler``: attach a heap of
     :data:`DEMO_CAPACITY` to every worker, run one shard per worker, read
-    the workers' usage, and detach again. Call
+    the workers' usage, and detach again (on a running cluster this replaces,
+    then removes, any devalloc heap attached there). Call
     :func:`devalloc.target.choose` first: a local cluster's workers inherit
     its choice through the environment.
     """
