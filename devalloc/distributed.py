@@ -252,20 +252,21 @@ def run_shard(example, start, threads, seed, block=64, max_growths=8):
 def run_sharded(client, example, threads, seed, shards=None, block=64):
     """Run ``example`` on ``client``'s workers in shards; return ``(result, shards)``.
 
-    ``shards`` defaults to one per worker. The shards' outputs are joined in
-    thread order and the example's ``result`` computed from them: the
-    answer of a single process with the same ``seed``. The result's usage
-    figures add up the shards' heaps (``devalloc.stats.total_usage``).
-    Needs :func:`attach` first; kernels are the example modules', which
-    workers import (``devalloc.examples``).
+    ``shards`` defaults to one per worker; shard ``k`` goes to worker ``k``
+    (by address, round robin), or to another one if that worker is gone.
+    The shards' outputs are joined in thread order and the example's
+    ``result`` computed from them: the answer of a single process with the
+    same ``seed``. The result's usage figures add up the shards' heaps
+    (``devalloc.stats.total_usage``). Needs :func:`attach` first; kernels
+    are the example modules', which workers import (``devalloc.examples``).
     """
     from . import _examples
 
     module = _examples.load(example)  # here too: the shards come back as its types
-    if shards is None:
-        shards = len(client.nthreads())
-    futures = [client.submit(run_shard, example, start, count, seed, block, pure=False)
-               for start, count in split(threads, shards)]
+    ws = sorted(client.nthreads())
+    futures = [client.submit(run_shard, example, start, count, seed, block, pure=False,
+                             workers=[ws[k % len(ws)]], allow_other_workers=True)
+               for k, (start, count) in enumerate(split(threads, shards or len(ws)))]
     parts = client.gather(futures)
     return module.result(_examples.load("_mc").combine(parts)), parts
 
@@ -339,6 +340,8 @@ def run_demo(example, threads, seed, *, workers=None, scheduler=None, progress=N
         cluster = None
     try:
         with Client(cluster if cluster is not None else scheduler) as client:
+            if cluster is not None:
+                client.wait_for_workers(workers)
             attach(client, DEMO_CAPACITY)
             try:
                 n = len(client.nthreads())

@@ -224,7 +224,6 @@ class Runner:
                 kernel[(hi - lo + self.block - 1) // self.block, self.block](*cut)
                 b.update(hi - lo)
 
-
     def shard(self, identical, arrays, usages, counts=None):
         """Return the :class:`Shard` of this runner's threads."""
         return Shard(start=self.start, threads=self.threads, identical=bool(identical),
