@@ -8,11 +8,16 @@ saved against worst-case preallocation::
 
     python -m devalloc demo [--example NAME] [--threads N] [--seed S]
                             [--json] [--plot FILE.png]
+                            [--workers N | --scheduler ADDRESS]
 
 Progress goes to stderr, a line per phase; ``--json`` prints one JSON object
 on stdout instead of the report. ``--plot`` needs matplotlib
-(``pip install 'devalloc[plot]'``). Exit status 0 when the heap version and
-its twin agree exactly, 1 when they do not, 2 on a usage error.
+(``pip install 'devalloc[plot]'``). ``--workers N`` runs the threads in
+shards on a local Dask cluster of N worker processes (``--scheduler`` on a
+running cluster; ``pip install 'devalloc[distributed]'``): the same answer
+as one process, and the report adds each worker's heap usage
+(:func:`devalloc.distributed.run_demo`). Exit status 0 when the heap version
+and its twin agree exactly, 1 when they do not, 2 on a usage error.
 
 Order matters: :func:`devalloc.target.choose` must run before anything
 imports numba (numba reads ``NUMBA_ENABLE_CUDASIM`` once, at import), so this
@@ -114,7 +119,24 @@ def build_parser():
                    help="also draw size-class occupancy and footprints to FILE.png (any "
                         "extension matplotlib writes; a folder gets EXAMPLE.png; needs "
                         "matplotlib)")
+    where = d.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=_positive_int, metavar="N",
+                       help="split the threads into shards on a local Dask cluster of N "
+                            "worker processes (needs devalloc[distributed])")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="the same on the running Dask cluster at ADDRESS "
+                            "(tcp://host:8786), one shard per worker")
     return p
+
+
+def _require_distributed():
+    """Return None, or an error message when dask's distributed cannot be imported."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError as e:
+        return (f"--workers and --scheduler need dask's distributed, which cannot be "
+                f"imported ({e}): pip install 'devalloc[distributed]'")
+    return None
 
 
 def _require_matplotlib():
@@ -346,13 +368,28 @@ def demo(args):
         if problem:
             print(f"devalloc demo: {problem}", file=sys.stderr)
             return 2
+    sharded = args.workers is not None or args.scheduler is not None
+    problem = _require_distributed() if sharded else None
+    if problem:
+        print(f"devalloc demo: {problem}", file=sys.stderr)
+        return 2
     progress = _Progress()
     from . import target as _target  # imports no numba
 
     target = _target.choose()  # before numba is imported, by kernels below
     progress(f"{args.example} on {_where(target)}")
-    r = run_example(args.example, args.threads, args.seed, progress)
+    run = None
+    if sharded:
+        from .distributed import run_demo
+
+        r, run = run_demo(args.example, args.threads, args.seed, workers=args.workers,
+                          scheduler=args.scheduler, progress=progress)
+        target = run.target()
+    else:
+        r = run_example(args.example, args.threads, args.seed, progress)
     s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())
+    if run is not None:
+        s["distributed"] = run.to_dict()
     progress(f"done in {s['seconds']:.1f} s")
     if plot_to:
         plot(plot_to, s, r)
@@ -360,7 +397,7 @@ def demo(args):
     if args.json:
         print(json.dumps(s))
     else:
-        print(format_text(s, r))
+        print("\n".join([format_text(s, r), *([""] + run.report() if run else [])]))
     return 0 if s["identical"] else 1
 
 

@@ -5,7 +5,7 @@ is exact when no kernel using the heap is running (``Heap.usage``
 synchronizes before copying).
 """
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -95,6 +95,28 @@ class Usage:
         d = asdict(self)
         d["classes"] = {int(k): asdict(v) for k, v in self.classes.items()}
         return d
+
+
+def total_usage(usages):
+    """Return the :class:`Usage` of several heaps together: every figure added up.
+
+    Size classes are merged class by class. ``peak`` is the sum of each
+    heap's own high-water mark: what the heaps reserved at most at one
+    moment if they peaked together (an upper bound otherwise).
+    """
+    usages = list(usages)
+    if not usages:
+        raise ValueError("total_usage() needs at least one Usage")
+    names = [f.name for f in fields(Usage) if f.name != "classes"]
+    classes = {}
+    for u in usages:
+        for size, c in u.classes.items():
+            t = classes.get(size)
+            classes[size] = c if t is None else ClassUsage(
+                size, t.blocks_live + c.blocks_live, t.slabs + c.slabs,
+                t.slack_bytes + c.slack_bytes)
+    return Usage(**{n: sum(getattr(u, n) for u in usages) for n in names},
+                 classes=dict(sorted(classes.items())))
 
 
 def usage_from_meta(meta, npages):

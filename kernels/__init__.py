@@ -16,8 +16,11 @@ example's own figures:
   block of exactly its size; a second kernel gathers them into one array;
 * ``step_scratch``: per-time-step buffers, scoped scratch vs alloc/free.
 
-``_mc`` is the scaffold they share (RNG states, launches, heaps, the result
-type, signatures). Run one with ``python -m devalloc demo --example NAME``.
+``run`` is ``result(simulate(...))``: ``simulate`` runs a range of threads
+(RNG states by global thread index) and returns their outputs, ``result``
+computes the answer from them, so ``demo --workers N`` runs shards on
+several workers and gets the same answer. ``_mc`` is the scaffold they
+share (RNG states, launches, heaps, shards, the result type, signatures). Run one with ``python -m devalloc demo --example NAME``.
 The folder stays at the top of the repository and is installed as
 ``devalloc.examples`` (pyproject's ``package-dir``); in a checkout without
 an install, ``devalloc._examples.package()`` gives it that name.

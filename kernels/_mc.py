@@ -3,16 +3,31 @@
 An example module defines its kernels, a :class:`Result` subclass with its
 own figures, ``SIGNATURES`` (kernel name -> argument types, as words for
 :func:`signatures`), ``worst_case_bytes(threads)``, ``SIM_SECONDS_PER_THREAD``
-and ``run(threads, seed, *, capacity, block, progress, debug)``, which sets
-up a :class:`Runner`, runs the heap version and its worst-case twin on the
-same random numbers and returns its :class:`Result`. Argument parsing and
-the choice of GPU or simulator are the command's: ``python -m devalloc demo``
-(``python kernels/NAME.py`` runs the same command for that example).
+and three functions:
+
+* ``simulate(lc, heap)`` runs the heap version (on ``heap``) and its
+  worst-case twin on the same random numbers, for the threads of the
+  :class:`Runner` ``lc``, and returns their per-thread outputs as a
+  :class:`Shard`;
+* ``result(shard)`` computes the :class:`Result` from a shard (the answer,
+  its error, the example's figures) on the host;
+* ``run(threads, seed, *, capacity, block, progress, debug)`` is
+  ``result(simulate(Runner(...), heap))`` in one process.
+
+The split is what lets ``python -m devalloc demo --workers N``
+(:mod:`devalloc.distributed`) run the threads as shards on several workers:
+a shard's Runner starts at a global thread index, so each thread draws the
+same random numbers as in one process; :func:`combine` joins the shards in
+thread order, and ``result`` gives the answer a single process gives.
+Argument parsing and the choice of GPU or simulator are the command's:
+``python -m devalloc demo`` (``python kernels/NAME.py`` runs the same
+command for that example).
 
 ``rng_states(n, seed)`` returns, as a host array, exactly the states that
 ``numba.cuda.random.create_xoroshiro128p_states(n, seed)`` puts on the
 device: thread ``i`` gets the generator seeded by SplitMix64(``seed``) and
-jumped ``i`` times by 2**64 steps. Each version uploads its own copy, so
+jumped ``i`` times by 2**64 steps (``rng_states(n, seed, start=t0)``: the
+states of threads ``t0 .. t0 + n - 1``). Each version uploads its own copy, so
 both draw the very same numbers. On the CUDA simulator numba seeds in object
 mode (about 12 ms per thread); the same arithmetic on Python integers here
 takes well under a millisecond. On a GPU numba's compiled seeding is used.
@@ -23,7 +38,7 @@ Importing this module imports numba: call ``devalloc.target.choose()`` first.
 import math
 import warnings
 from contextlib import nullcontext
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 import numpy as np
@@ -75,16 +90,20 @@ def _splitmix64(seed):
     return z ^ (z >> 31)
 
 
-def rng_states(n, seed, bar=None):
+def rng_states(n, seed, bar=None, start=0):
     """Return ``n`` xoroshiro128+ states (host array) equal to numba's for ``seed``.
 
+    The states of the global threads ``start .. start + n - 1``: numba's
+    ``init_xoroshiro128p_states(states, seed, subsequence_start=start)``.
     ``bar``, if given, is told ``update(k)`` as states are made (simulator).
     """
     states = np.empty(n, dtype=xoroshiro128p_dtype)
     if not config.ENABLE_CUDASIM:
-        init_xoroshiro128p_states_cpu(states, seed, 0)  # compiled: fast
+        init_xoroshiro128p_states_cpu(states, seed, start)  # compiled: fast
         return states
     s0 = s1 = _splitmix64(int(seed) & _M64)
+    for _ in range(start):
+        s0, s1 = _jump(s0, s1)
     tick = max(1, n // BAR_STEPS)
     for i in range(n):
         if i:
@@ -140,17 +159,20 @@ class Runner:
     ``progress`` is None (silent) or a callable taking a phase message; if
     it also has ``bar(total, desc)`` (a context manager with ``update(n)``,
     such as a tqdm bar), simulator launches and the seeding report their
-    progress there.
+    progress there. ``start`` is the global index of the first thread (a
+    shard of a larger run): thread ``i`` of the launch draws the random
+    numbers of thread ``start + i``.
     """
 
-    def __init__(self, threads, seed, block, progress=None):
+    def __init__(self, threads, seed, block, progress=None, start=0):
         self.threads = threads
+        self.start = start
         self.grid, self.block = launch_shape(threads, block)
         self.progress = progress
         bar = getattr(progress, "bar", None)
         self._bar = bar if bar is not None and config.ENABLE_CUDASIM else None
         with self.bar(threads, "RNG states") as b:
-            self.seeds = rng_states(threads, seed, b)
+            self.seeds = rng_states(threads, seed, b, start)
 
     def say(self, msg):
         """Report the start of a phase."""
@@ -201,6 +223,63 @@ class Runner:
                 cut = [a[lo:hi] if r else a for a, r in zip(plain, rows)]
                 kernel[(hi - lo + self.block - 1) // self.block, self.block](*cut)
                 b.update(hi - lo)
+
+    def shard(self, identical, arrays, usages, counts=None):
+        """Return the :class:`Shard` of this runner's threads."""
+        return Shard(start=self.start, threads=self.threads, identical=bool(identical),
+                     arrays=arrays, usages=usages, counts=counts or {})
+
+
+@dataclass(kw_only=True)
+class Shard:
+    """What ``simulate`` returns for a range of threads: outputs, twin check, heap figures.
+
+    ``arrays`` holds the heap version's outputs in thread order (a value per
+    thread, or items of variable count per thread, one thread after the
+    other); ``usages`` the heap's :class:`devalloc.Usage` at named moments
+    (``end`` always); ``counts`` numbers that add up over shards.
+    """
+
+    #: Global index of the first thread, and how many threads.
+    start: int
+    threads: int
+    #: The heap version and its worst-case twin agree bit for bit on these threads.
+    identical: bool
+    arrays: dict
+    usages: dict
+    counts: dict = field(default_factory=dict)
+    #: Set by devalloc.distributed: the worker that ran it.
+    worker: str | None = None
+
+    def failed(self):
+        """Return the allocations that returned NULL (over every usage taken)."""
+        return sum(u.failed for u in self.usages.values())
+
+
+def combine(shards):
+    """Join shards that cover threads ``0 .. n - 1`` into one :class:`Shard`.
+
+    Arrays are concatenated in thread order, usages and counts added up
+    (:func:`devalloc.stats.total_usage`: the figures of all the shards'
+    heaps together), ``identical`` holds if it holds for every shard.
+    Raises ValueError if the shards leave a gap or overlap.
+    """
+    from devalloc.stats import total_usage
+
+    shards = sorted(shards, key=lambda s: s.start)
+    at = 0
+    for s in shards:
+        if s.start != at:
+            raise ValueError(f"shards must cover threads 0.. in order: thread {at} is "
+                             f"followed by a shard starting at {s.start}")
+        at += s.threads
+    first = shards[0]
+    return Shard(
+        start=0, threads=at, identical=all(s.identical for s in shards),
+        arrays={k: np.concatenate([s.arrays[k] for s in shards]) for k in first.arrays},
+        usages={k: total_usage([s.usages[k] for s in shards]) for k in first.usages},
+        counts={k: sum(s.counts[k] for s in shards) for k in first.counts},
+    )
 
 
 @dataclass(kw_only=True)

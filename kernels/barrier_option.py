@@ -306,18 +306,14 @@ class BarrierResult(_mc.Result):
         ]
 
 
-def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
-    """Run both versions (two passes each); return a :class:`BarrierResult`.
+def simulate(lc, heap):
+    """Run both versions (two passes each) on ``lc``'s threads; return their :class:`_mc.Shard`.
 
-    ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``
-    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
-    version on a debug heap and raises ``HeapCorruption`` if it wrote past
-    a block or freed wrongly (``Heap.check``).
+    ``heap`` must be empty (just made or reset); a debug heap is checked at
+    the end (``HeapCorruption`` if a block was overrun or freed wrongly).
     """
-    lc = _mc.Runner(threads, seed, block, progress)
-
+    threads = lc.threads
     lc.say(f"heap version, pass 1: {threads} paths of {NSTEPS} steps")
-    heap = lc.heap(capacity, debug, per_thread=512)
     states = lc.states()
     pay_heap = cuda.device_array(threads, np.float64)
     heads = cuda.device_array(threads, np.int64)
@@ -326,7 +322,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     between = heap.usage()  # the kept paths, live between the passes
     lc.say(f"heap version, pass 2: bridge tests on {between.live_blocks} chunks")
     lc.launch(bridge_heap, heap.ctx, states, pay_heap, heads, counts_heap)
-    usage = lc.finish(heap, debug)
+    usage = lc.finish(heap, heap.debug)
 
     lc.say(f"worst-case version: {threads} x {NSTEPS + 1} points, two passes")
     states = lc.states()
@@ -336,22 +332,42 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     lc.launch(barrier_worst_case, scratch, states, pay_ref, counts_ref)
     lc.launch(bridge_worst_case, scratch, states, pay_ref, counts_ref)
 
-    a, b = pay_heap.copy_to_host(), pay_ref.copy_to_host()
-    ca, cb = counts_heap.copy_to_host(), counts_ref.copy_to_host()
-    price, err = _mc.mean_stderr(a)
+    a, ca = pay_heap.copy_to_host(), counts_heap.copy_to_host()
+    return lc.shard(
+        identical=np.array_equal(a, pay_ref.copy_to_host())
+        and np.array_equal(ca, counts_ref.copy_to_host()),
+        arrays={"payoff": a, "kept": ca}, usages={"end": usage, "snapshot": between})
+
+
+def result(shard):
+    """Return the :class:`BarrierResult` of a shard (or of shards combined)."""
+    usage, between = shard.usages["end"], shard.usages["snapshot"]
+    price, err = _mc.mean_stderr(shard.arrays["payoff"])
     return BarrierResult(
-        threads=threads,
+        threads=shard.threads,
         answer=price,
         stderr=err,
         expected=exact_price(),
-        identical=bool(np.array_equal(a, b) and np.array_equal(ca, cb)),
+        identical=shard.identical,
         heap_peak_bytes=usage.peak,
-        worst_case_bytes=worst_case_bytes(threads),
+        worst_case_bytes=worst_case_bytes(shard.threads),
         usage=usage,
         snapshot=between,
-        paths_kept=int((ca > 0).sum()),
+        paths_kept=int((shard.arrays["kept"] > 0).sum()),
         chunks_between_passes=between.live_blocks,
     )
+
+
+def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
+    """Run both versions (two passes each); return a :class:`BarrierResult`.
+
+    ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``
+    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
+    version on a debug heap and raises ``HeapCorruption`` if it wrote past
+    a block or freed wrongly (``Heap.check``).
+    """
+    lc = _mc.Runner(threads, seed, block, progress)
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=512)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

@@ -248,6 +248,54 @@ class TransportResult(_mc.Result):
         ]
 
 
+def simulate(lc, heap):
+    """Run both versions on ``lc``'s threads; return their :class:`_mc.Shard`.
+
+    ``heap`` must be empty (just made or reset); a debug heap is checked at
+    the end (``HeapCorruption`` if a block was overrun or freed wrongly).
+    """
+    threads = lc.threads
+    lc.say(f"heap version: {threads} histories")
+    out_heap = cuda.device_array((threads, NCOLS), np.int32)
+    lc.launch(transport_heap, heap.ctx, lc.states(), out_heap)
+    usage = lc.finish(heap, heap.debug)
+
+    lc.say(f"worst-case version: {threads} x {MAX_STACK} stack entries")
+    scratch = cuda.device_array((threads, 2 * MAX_STACK), np.float64)
+    out_ref = cuda.device_array((threads, NCOLS), np.int32)
+    lc.launch(transport_worst_case, scratch, lc.states(), out_ref)
+
+    a = out_heap.copy_to_host()
+    return lc.shard(identical=np.array_equal(a, out_ref.copy_to_host()),
+                    arrays={"tally": a}, usages={"end": usage})
+
+
+def result(shard):
+    """Return the :class:`TransportResult` of a shard (or of shards combined)."""
+    a, usage = shard.arrays["tally"], shard.usages["end"]
+    t, t_err = _mc.mean_stderr(a[:, TRANSMITTED])
+    r, r_err = _mc.mean_stderr(a[:, REFLECTED])
+    ab, ab_err = _mc.mean_stderr(a[:, ABSORBED])
+    return TransportResult(
+        threads=shard.threads,
+        answer=t,
+        stderr=t_err,
+        expected=REFERENCE_TRANSMITTED,
+        identical=shard.identical,
+        heap_peak_bytes=usage.peak,
+        worst_case_bytes=worst_case_bytes(shard.threads),
+        usage=usage,
+        reflected=r,
+        reflected_stderr=r_err,
+        absorbed=ab,
+        absorbed_stderr=ab_err,
+        lost=int(a[:, LOST].sum()),
+        histories_with_stack=int((a[:, MAX_DEPTH] > 0).sum()),
+        max_depth=int(a[:, MAX_DEPTH].max()) if shard.threads else 0,
+        tally=a,
+    )
+
+
 def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
     """Run both versions; return a :class:`TransportResult`.
 
@@ -257,40 +305,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     a block or freed wrongly (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-
-    lc.say(f"heap version: {threads} histories")
-    heap = lc.heap(capacity, debug, per_thread=256)
-    out_heap = cuda.device_array((threads, NCOLS), np.int32)
-    lc.launch(transport_heap, heap.ctx, lc.states(), out_heap)
-    usage = lc.finish(heap, debug)
-
-    lc.say(f"worst-case version: {threads} x {MAX_STACK} stack entries")
-    scratch = cuda.device_array((threads, 2 * MAX_STACK), np.float64)
-    out_ref = cuda.device_array((threads, NCOLS), np.int32)
-    lc.launch(transport_worst_case, scratch, lc.states(), out_ref)
-
-    a, b = out_heap.copy_to_host(), out_ref.copy_to_host()
-    t, t_err = _mc.mean_stderr(a[:, TRANSMITTED])
-    r, r_err = _mc.mean_stderr(a[:, REFLECTED])
-    ab, ab_err = _mc.mean_stderr(a[:, ABSORBED])
-    return TransportResult(
-        threads=threads,
-        answer=t,
-        stderr=t_err,
-        expected=REFERENCE_TRANSMITTED,
-        identical=bool(np.array_equal(a, b)),
-        heap_peak_bytes=usage.peak,
-        worst_case_bytes=worst_case_bytes(threads),
-        usage=usage,
-        reflected=r,
-        reflected_stderr=r_err,
-        absorbed=ab,
-        absorbed_stderr=ab_err,
-        lost=int(a[:, LOST].sum()),
-        histories_with_stack=int((a[:, MAX_DEPTH] > 0).sum()),
-        max_depth=int(a[:, MAX_DEPTH].max()) if threads else 0,
-        tally=a,
-    )
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=256)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

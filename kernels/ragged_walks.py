@@ -204,18 +204,14 @@ class WalksResult(_mc.Result):
         return lines
 
 
-def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
-    """Run both versions and gather; return a :class:`WalksResult`.
+def simulate(lc, heap):
+    """Run both versions and gather on ``lc``'s threads; return their :class:`_mc.Shard`.
 
-    ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``
-    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
-    version on a debug heap and raises ``HeapCorruption`` if it wrote past
-    a block or freed wrongly (``Heap.check``).
+    ``heap`` must be empty (just made or reset); a debug heap is checked at
+    the end (``HeapCorruption`` if a block was overrun or freed wrongly).
     """
-    lc = _mc.Runner(threads, seed, block, progress)
-
+    threads = lc.threads
     lc.say(f"heap version: {threads} walks, each into a block of its own size")
-    heap = lc.heap(capacity, debug, per_thread=512)
     offsets = cuda.device_array(threads, np.int64)
     counts_d = cuda.device_array(threads, np.int32)
     absorbed_d = cuda.device_array(threads, np.bool_)
@@ -228,7 +224,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     compact_d = cuda.to_device(np.full(max(total, 1), -1, np.int32))
     lc.launch(gather_heap, heap.ctx, offsets, counts_d, cuda.to_device(starts),
               _mc.whole(compact_d))
-    usage = lc.finish(heap, debug)
+    usage = lc.finish(heap, heap.debug)
 
     lc.say(f"worst-case version: {threads} x {MAX_STEPS} items")
     scratch = cuda.device_array((threads, MAX_STEPS), np.int32)
@@ -242,7 +238,18 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
 
     compact = compact_d.copy_to_host()[:total]
     ref = ref_d.copy_to_host()[:int(counts_ref.sum())]
-    absorbed = absorbed_d.copy_to_host()
+    return lc.shard(
+        identical=np.array_equal(counts, counts_ref) and np.array_equal(compact, ref),
+        arrays={"counts": counts, "compact": compact, "absorbed": absorbed_d.copy_to_host()},
+        usages={"end": usage, "snapshot": before_gather},
+    )
+
+
+def result(shard):
+    """Return the :class:`WalksResult` of a shard (or of shards combined)."""
+    threads = shard.threads
+    counts, compact = shard.arrays["counts"], shard.arrays["compact"]
+    usage, before_gather = shard.usages["end"], shard.usages["snapshot"]
     mean, err = _mc.mean_stderr(counts)
     # Occupation per walk and site: mean and standard error over the walks.
     hist = np.bincount(compact[compact >= 0], minlength=SITES + 1)[: SITES + 1] / max(threads, 1)
@@ -256,7 +263,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
         answer=mean,
         stderr=err,
         expected=float(START * (SITES - START)),
-        identical=bool(np.array_equal(counts, counts_ref) and np.array_equal(compact, ref)),
+        identical=shard.identical,
         heap_peak_bytes=usage.peak,
         worst_case_bytes=worst_case_bytes(threads),
         usage=usage,
@@ -264,12 +271,24 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
         histogram=hist.tolist(),
         histogram_stderr=None if hist_err is None else hist_err.tolist(),
         expected_histogram=exact_occupation().tolist(),
-        items=total,
-        truncated=int((~absorbed).sum()),
+        items=int(counts.sum()),
+        truncated=int((~shard.arrays["absorbed"]).sum()),
         compact=compact,
         counts=counts,
         heap_in_use_before_gather=before_gather.in_use,
     )
+
+
+def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
+    """Run both versions and gather; return a :class:`WalksResult`.
+
+    ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``
+    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
+    version on a debug heap and raises ``HeapCorruption`` if it wrote past
+    a block or freed wrongly (``Heap.check``).
+    """
+    lc = _mc.Runner(threads, seed, block, progress)
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=512)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

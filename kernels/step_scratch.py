@@ -162,56 +162,81 @@ class StepResult(_mc.Result):
         ]
 
 
-def _heap_run(lc, kernel, capacity, debug):
-    heap = lc.heap(capacity, debug, per_thread=0)
+def _heap_run(lc, kernel, heap):
+    """Run ``kernel`` on an emptied ``heap``; return outputs, failures, usage, atomics counted."""
+    heap.reset()
     out = cuda.device_array(lc.threads, np.float64)
     failed = cuda.to_device(np.zeros(lc.threads, np.int32))
-    atomics = None
+    atomics = {}
     if config.ENABLE_CUDASIM:
         from devalloc.sim.atomics import count_atomics
 
         with count_atomics() as counts:
             lc.launch(kernel, heap.ctx, lc.states(), out, failed)
-        atomics = counts.total / (lc.threads * NSTEPS)
+        atomics = {kernel.__name__: counts.total}
     else:
         lc.launch(kernel, heap.ctx, lc.states(), out, failed)
-    usage = lc.finish(heap, debug)
+    usage = lc.finish(heap, heap.debug)
     return out.copy_to_host(), int(failed.copy_to_host().sum()), usage, atomics
+
+
+def simulate(lc, heap):
+    """Run the three versions on ``lc``'s threads; return their :class:`_mc.Shard`.
+
+    Both heap versions use ``heap`` in turn (reset before each); a debug
+    heap is checked after each (``HeapCorruption`` on misuse).
+    """
+    threads = lc.threads
+    lc.say(f"scoped version: {threads} paths of {NSTEPS} steps, a scope per step")
+    scoped_x, scoped_failed, scoped_u, scoped_atomics = _heap_run(lc, path_scoped, heap)
+    lc.say(f"alloc/free version: {threads} paths, an alloc and a free per step")
+    af_x, af_failed, af_u, af_atomics = _heap_run(lc, path_alloc_free, heap)
+    lc.say(f"worst-case version: {threads} x {MAX_K} floats")
+    ref = cuda.device_array(threads, np.float64)
+    lc.launch(path_worst_case, cuda.device_array((threads, MAX_K), np.float32), lc.states(), ref)
+    ref_x = ref.copy_to_host()
+    return lc.shard(
+        identical=np.array_equal(scoped_x, ref_x) and np.array_equal(af_x, ref_x),
+        arrays={"x": ref_x}, usages={"end": scoped_u, "alloc_free": af_u},
+        counts={"failed": scoped_failed + af_failed, **scoped_atomics, **af_atomics})
+
+
+def result(shard):
+    """Return the :class:`StepResult` of a shard (or of shards combined)."""
+    mean, err = _mc.mean_stderr(shard.arrays["x"])
+    scoped_u, af_u = shard.usages["end"], shard.usages["alloc_free"]
+    allocations = shard.threads * NSTEPS
+
+    def per_alloc(kernel):  # counted on the simulator only
+        n = shard.counts.get(kernel.__name__)
+        return None if n is None else n / allocations
+
+    return StepResult(
+        threads=shard.threads,
+        answer=mean,
+        stderr=err,
+        expected=0.0,
+        identical=shard.identical,
+        heap_peak_bytes=scoped_u.peak,
+        worst_case_bytes=worst_case_bytes(shard.threads),
+        usage=scoped_u,
+        failed=shard.counts["failed"],
+        alloc_free_peak_bytes=af_u.peak,
+        alloc_free_usage=af_u,
+        scoped_atomics_per_alloc=per_alloc(path_scoped),
+        alloc_free_atomics_per_alloc=per_alloc(path_alloc_free),
+    )
 
 
 def run(threads=128, seed=1, *, capacity=None, block=32, progress=None, debug=False):
     """Run the three versions; return a :class:`StepResult`.
 
     ``capacity`` defaults to 1 MiB. ``progress`` is told each phase (see
-    :class:`_mc.Runner`). ``debug`` runs the heap versions on debug heaps
+    :class:`_mc.Runner`). ``debug`` runs the heap versions on a debug heap
     and raises ``HeapCorruption`` on misuse (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    lc.say(f"scoped version: {threads} paths of {NSTEPS} steps, a scope per step")
-    scoped_x, scoped_failed, scoped_u, scoped_atomics = _heap_run(
-        lc, path_scoped, capacity, debug)
-    lc.say(f"alloc/free version: {threads} paths, an alloc and a free per step")
-    af_x, af_failed, af_u, af_atomics = _heap_run(lc, path_alloc_free, capacity, debug)
-    lc.say(f"worst-case version: {threads} x {MAX_K} floats")
-    ref = cuda.device_array(threads, np.float64)
-    lc.launch(path_worst_case, cuda.device_array((threads, MAX_K), np.float32), lc.states(), ref)
-    ref_x = ref.copy_to_host()
-    mean, err = _mc.mean_stderr(ref_x)
-    return StepResult(
-        threads=threads,
-        answer=mean,
-        stderr=err,
-        expected=0.0,
-        identical=bool(np.array_equal(scoped_x, ref_x) and np.array_equal(af_x, ref_x)),
-        heap_peak_bytes=scoped_u.peak,
-        worst_case_bytes=worst_case_bytes(threads),
-        usage=scoped_u,
-        failed=scoped_failed + af_failed,
-        alloc_free_peak_bytes=af_u.peak,
-        alloc_free_usage=af_u,
-        scoped_atomics_per_alloc=scoped_atomics,
-        alloc_free_atomics_per_alloc=af_atomics,
-    )
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=0)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

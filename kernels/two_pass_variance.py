@@ -120,6 +120,46 @@ class VarianceResult(_mc.Result):
                 f"{self.threads} threads drew two samples or more)"]
 
 
+def simulate(lc, heap):
+    """Run both versions on ``lc``'s threads; return their :class:`_mc.Shard`.
+
+    ``heap`` must be empty (just made or reset); a debug heap is checked at
+    the end (``HeapCorruption`` if a block was overrun or freed wrongly).
+    """
+    threads = lc.threads
+    lc.say(f"heap version: {threads} threads, each with a run-time number of samples")
+    out_heap = cuda.device_array(threads, np.float64)
+    lc.launch(variance_heap, heap.ctx, lc.states(), out_heap)
+    usage = lc.finish(heap, heap.debug)
+
+    lc.say(f"worst-case version: {threads} x {MAX_SAMPLES} samples")
+    scratch = cuda.device_array((threads, MAX_SAMPLES), np.float32)
+    out_ref = cuda.device_array(threads, np.float64)
+    lc.launch(variance_worst_case, scratch, lc.states(), out_ref)
+
+    a = out_heap.copy_to_host()
+    return lc.shard(identical=np.array_equal(a, out_ref.copy_to_host()),
+                    arrays={"variance": a}, usages={"end": usage})
+
+
+def result(shard):
+    """Return the :class:`VarianceResult` of a shard (or of shards combined)."""
+    a, usage = shard.arrays["variance"], shard.usages["end"]
+    used = a[a >= 0]
+    mean, err = _mc.mean_stderr(used)
+    return VarianceResult(
+        threads=shard.threads,
+        answer=mean,
+        stderr=err,
+        expected=1.0 / 12.0,
+        identical=shard.identical,
+        heap_peak_bytes=usage.peak,
+        worst_case_bytes=worst_case_bytes(shard.threads),
+        usage=usage,
+        estimates=int(used.size),
+    )
+
+
 def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
     """Run both versions; return a :class:`VarianceResult`.
 
@@ -129,32 +169,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     a block or freed wrongly (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-
-    lc.say(f"heap version: {threads} threads, each with a run-time number of samples")
-    heap = lc.heap(capacity, debug, per_thread=256)
-    out_heap = cuda.device_array(threads, np.float64)
-    lc.launch(variance_heap, heap.ctx, lc.states(), out_heap)
-    usage = lc.finish(heap, debug)
-
-    lc.say(f"worst-case version: {threads} x {MAX_SAMPLES} samples")
-    scratch = cuda.device_array((threads, MAX_SAMPLES), np.float32)
-    out_ref = cuda.device_array(threads, np.float64)
-    lc.launch(variance_worst_case, scratch, lc.states(), out_ref)
-
-    a, b = out_heap.copy_to_host(), out_ref.copy_to_host()
-    used = a[a >= 0]
-    mean, err = _mc.mean_stderr(used)
-    return VarianceResult(
-        threads=threads,
-        answer=mean,
-        stderr=err,
-        expected=1.0 / 12.0,
-        identical=bool(np.array_equal(a, b)),
-        heap_peak_bytes=usage.peak,
-        worst_case_bytes=worst_case_bytes(threads),
-        usage=usage,
-        estimates=int(used.size),
-    )
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=256)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

@@ -2,8 +2,18 @@
 
 The workers are spawned processes: they inherit NUMBA_ENABLE_CUDASIM=1 from
 tests/conftest.py and import this module to run its task functions, so
-every kernel a task launches is defined here at module level.
+every kernel a task launches is defined here at module level. The sharding
+of the examples is checked in one process first (shards joined = the whole
+run), then on the cluster, with a worker that dies, and through the
+command (``demo --workers 2``, ``demo --scheduler``).
 """
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import distributed  # in the [test] extra
 import numpy as np
@@ -11,9 +21,15 @@ import pytest
 from numba import cuda
 
 import devalloc
+from devalloc import __main__ as cli
+from devalloc import _examples
 from devalloc import distributed as dd
 from devalloc import layout as L
 from devalloc.errors import DevallocError, WorkerHeapError
+
+_examples.package()  # workers import this module too, without tests/conftest.py
+from devalloc.examples import _mc  # noqa: E402
+from devalloc.examples import ragged_walks as rw  # noqa: E402
 
 CAPACITY = L.capacity_for_pages(4)
 
@@ -44,7 +60,7 @@ def attached(client):
 
 
 def workers(client):
-    return sorted(client.scheduler_info()["workers"])
+    return sorted(client.nthreads())
 
 
 # ----------------------------------------------------------------- tasks
@@ -90,7 +106,69 @@ def capacity_here():
     return dd.worker_heap().requested
 
 
-# ----------------------------------------------------------------- tests
+def shard_then_die_once(marker, *args):
+    """Run a shard; the first time, die before returning it (its heap used, its result lost)."""
+    shard = dd.run_shard(*args)
+    if not os.path.exists(marker):
+        Path(marker).write_text(distributed.get_worker().address)
+        os._exit(1)
+    return shard
+
+
+# ------------------------------------------- sharding, in one process
+def answer_of(r):
+    """Return what a run computes, without the figures of the heaps it ran on."""
+    memory = ("peak", "in_use", "usage", "atomics")  # heaps' figures, interleaving-dependent
+    out = {"answer": r.answer, "stderr": r.stderr, "expected": r.expected,
+           "identical": r.identical, "threads": r.threads}
+    for k, v in r.details().items():
+        if not any(m in k for m in memory):
+            out[k] = v.tolist() if isinstance(v, np.ndarray) else v
+    return out
+
+
+def test_rng_states_of_a_shard_are_the_whole_runs_from_its_start():
+    # (numba's own seeding from a start, the GPU path: tests/test_examples.py)
+    whole = _mc.rng_states(9, 11)
+    for start, n in ((0, 9), (4, 5), (8, 1)):
+        assert np.array_equal(_mc.rng_states(n, 11, start=start), whole[start:start + n])
+
+
+def test_split_covers_the_threads_in_order():
+    for threads, shards in ((10, 3), (2, 5), (7, 1), (64, 2)):
+        parts = dd.split(threads, shards)
+        assert len(parts) == min(threads, shards)
+        assert [a for a, _ in parts] == list(np.cumsum([0] + [n for _, n in parts[:-1]]))
+        assert sum(n for _, n in parts) == threads
+        assert max(n for _, n in parts) - min(n for _, n in parts) <= 1
+
+
+@pytest.mark.parametrize("example", sorted(cli.EXAMPLES) + ["step_scratch"])
+def test_shards_joined_give_the_answer_of_one_run(example):
+    module = _examples.load(example)
+    whole = module.run(threads=8, seed=5, block=4)
+    parts = []
+    for start, n in ((6, 2), (0, 3), (3, 3)):  # out of order: combine sorts them
+        lc = _mc.Runner(n, 5, 4, start=start)
+        parts.append(module.simulate(lc, lc.heap(None)))
+    joined = _mc.combine(parts)
+    r = module.result(joined)
+    assert answer_of(r) == answer_of(whole)
+    assert r.identical and joined.failed() == 0
+    assert r.usage.allocs == sum(p.usages["end"].allocs for p in parts)
+    assert r.heap_peak_bytes == sum(p.usages["end"].peak for p in parts)
+
+
+def test_combine_refuses_a_gap_or_an_overlap():
+    lc = _mc.Runner(4, 5, 4, start=4)
+    part = rw.simulate(lc, lc.heap(None))
+    with pytest.raises(ValueError, match="thread 0 is followed by a shard starting at 4"):
+        _mc.combine([part])
+    with pytest.raises(ValueError, match="thread 8 is followed by a shard starting at 4"):
+        _mc.combine([dataclasses.replace(part, start=0), part, part])
+
+
+# ---------------------------------------------------- heaps on workers
 def test_worker_heap_outside_a_worker_says_where_it_works():
     with pytest.raises(WorkerHeapError, match="inside a task running on a Dask worker"):
         dd.worker_heap()
@@ -186,3 +264,98 @@ def test_grow_worker_heap_keeps_the_new_capacity(attached):
     # Asked again on a heap that is already large enough: left alone.
     assert client.submit(alloc_or_grow, 6, 2 * L.PAGE, workers=[b],
                          pure=False).result() == [4 * CAPACITY]
+
+
+# ------------------------------------------- sharding, on the cluster
+def test_sharded_run_on_the_cluster_gives_the_answer_of_one_process(attached):
+    client = attached
+    whole = rw.run(threads=24, seed=9, block=8)
+    r, parts = dd.run_sharded(client, "ragged_walks", 24, 9, shards=3, block=8)
+    assert answer_of(r) == answer_of(whole)
+    assert [(p.start, p.threads) for p in parts] == [(0, 8), (8, 8), (16, 8)]
+    a, b = workers(client)
+    assert [p.worker for p in parts] == [a, b, a]  # round robin
+    # The 4-page heaps were too small for a shard: each worker grew its own.
+    u = dd.usage(client)
+    assert all(x.capacity > CAPACITY and x.failed == 0 for x in u.values())
+    assert u[b].allocs == 8  # its only shard: a walk, a block
+
+
+def test_a_shard_that_cannot_grow_enough_says_so(attached):
+    client = attached
+    with pytest.raises(devalloc.HeapExhausted, match=r"threads 0\.\.7 still failed"):
+        client.submit(dd.run_shard, "ragged_walks", 0, 8, 4, 8, 0, pure=False).result()
+
+
+def test_a_worker_that_dies_has_its_shard_rerun_elsewhere(attached, tmp_path):
+    client = attached
+    whole = rw.run(threads=16, seed=4, block=8)
+    before = workers(client)
+    marker = str(tmp_path / "died")
+    (a, first), (b, second) = dd.split(16, 2)
+    futures = [client.submit(shard_then_die_once, marker, "ragged_walks", a, first, 4, 8,
+                             pure=False),
+               client.submit(dd.run_shard, "ragged_walks", b, second, 4, 8, pure=False)]
+    parts = client.gather(futures)
+    dead = Path(marker).read_text()
+    assert parts[0].worker != dead  # rerun on another worker
+    assert answer_of(rw.result(_mc.combine(parts))) == answer_of(whole)
+    # The nanny restarted the dead worker: a new worker, with a fresh heap of
+    # its own (a task runs on a worker only once its plugins are set up).
+    client.wait_for_workers(2, timeout=120)
+    new = sorted(set(workers(client)) - set(before))
+    assert len(new) == 1 and dead in before
+    assert client.submit(capacity_here, workers=new, pure=False).result() == CAPACITY
+    assert set(dd.usage(client)) == set(workers(client))
+
+
+def test_demo_with_workers_gives_the_json_of_one_process(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, "-m", "devalloc", "demo", "--workers", "2",
+                           "--threads", "24", "--seed", "3", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads(proc.stdout)
+    one = cli.summary(cli.DEFAULT_EXAMPLE, s["target"], 24, 3, rw.run(threads=24, seed=3), 0)
+    for key in ("answer", "stderr", "expected", "identical", "details", "worst_case_bytes"):
+        assert s[key] == one[key], key
+    d = s["distributed"]
+    assert [(x["start"], x["threads"]) for x in d["shards"]] == [(0, 12), (12, 12)]
+    assert set(d["workers"]) == {x["worker"] for x in d["shards"]}
+    assert sum(u["allocs"] for u in d["workers"].values()) == s["usage"]["allocs"] == 24
+    assert set(d["targets"].values()) == {s["target"]}
+
+
+def test_demo_on_a_running_scheduler_reports_each_workers_heap(client, capsys):
+    address = client.scheduler.address
+    assert cli.main(["demo", "--scheduler", address, "--threads", "16", "--seed", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "identical to the worst-case version: yes" in text
+    assert f"2 shards on 2 workers (scheduler {address})" in text
+    table = text[text.index("heap usage per worker"):].splitlines()
+    rows = {line.split()[0]: line.split() for line in table[2:]}
+    assert set(rows) == set(workers(client)) | {"total"}
+    assert int(rows["total"][6]) == 16  # allocs: one block per walk
+    # The demo detached again: the cluster is left as it was found.
+    with pytest.raises(WorkerHeapError):
+        dd.usage(client)
+
+
+@pytest.mark.parametrize("args", [["--workers", "0"], ["--workers", "2", "--scheduler", "x"]])
+def test_demo_workers_usage_errors_exit_2(args):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["demo", *args])
+    assert e.value.code == 2
+
+
+def test_demo_workers_without_distributed_says_what_to_install(tmp_path):
+    fake = tmp_path / "fake" / "distributed"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no distributed here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(fake.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "devalloc", "demo", "--workers", "2"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "pip install 'devalloc[distributed]'" in proc.stderr
+    assert "no distributed here" in proc.stderr

@@ -151,7 +151,8 @@ for name in sys.argv[2:]:
                      "spill_bytes": r.spill_bytes, "sass_instructions": r.sass_instructions,
                      "sass_atomics": r.sass_atomics})
 states = _mc.rng_states(64, 7).view(np.uint64).tolist()  # numba's compiled seeding
-print(json.dumps({"rows": rows, "states": states}))
+tail = _mc.rng_states(4, 7, start=60).view(np.uint64).tolist()  # from a subsequence start
+print(json.dumps({"rows": rows, "states": states, "tail": tail}))
 """
 
 
@@ -190,3 +191,6 @@ def test_rng_states_match_on_the_gpu_path(compiled):
     # Off the simulator _mc.rng_states uses numba's compiled seeding; the
     # simulator path (Python integers) must give the very same states.
     assert compiled["states"] == _mc.rng_states(64, 7).view(np.uint64).tolist()
+    # A shard's states (from a start, for demo --workers): the whole run's tail.
+    assert compiled["tail"] == compiled["states"][-8:]
+    assert compiled["tail"] == _mc.rng_states(4, 7, start=60).view(np.uint64).tolist()

@@ -10,7 +10,7 @@ from numba import cuda
 import devalloc
 from devalloc import layout as L
 from devalloc.report import WORKER_COLUMNS, format_usage, format_worker_usage, human_bytes
-from devalloc.stats import ClassUsage, Usage, live_blocks
+from devalloc.stats import ClassUsage, Usage, live_blocks, total_usage
 
 BYTE_ROWS = {"capacity": "capacity", "in use": "in_use", "reserved": "reserved", "peak": "peak"}
 COUNT_ROWS = {"live blocks": "live_blocks", "allocs": "allocs", "frees": "frees",
@@ -112,6 +112,21 @@ def test_worker_table_has_a_row_per_worker_and_a_total_row():
 def test_worker_table_of_no_workers_is_a_zero_total():
     lines = format_worker_usage({}, title="none").splitlines()
     assert lines[0] == "none" and lines[2].split() == ["total"] + ["0"] * len(WORKER_COLUMNS)
+
+
+def test_total_usage_adds_every_figure_and_merges_classes():
+    a = Usage(16_384, 32, 16_384, 32_768, 2, 0, 1, 0, 2, {16: ClassUsage(16, 2, 1, 16_352)},
+              bump_allocs=3, large_blocks=1)
+    b = Usage(32_768, 112, 16_384, 16_384, 5, 4, 0, 2, 1,
+              {16: ClassUsage(16, 1, 1, 16_368), 112: ClassUsage(112, 1, 1, 16_272)})
+    t = total_usage([a, b])
+    assert (t.capacity, t.in_use, t.reserved, t.peak, t.allocs, t.frees, t.failed,
+            t.invalid_frees, t.live_blocks, t.bump_allocs, t.large_blocks) == (
+        49_152, 144, 32_768, 49_152, 7, 4, 1, 2, 3, 3, 1)
+    assert t.classes == {16: ClassUsage(16, 3, 2, 32_720), 112: ClassUsage(112, 1, 1, 16_272)}
+    assert total_usage([a]) == a and total_usage([a]).classes == a.classes
+    with pytest.raises(ValueError, match="at least one"):
+        total_usage([])
 
 
 def test_human_bytes():
