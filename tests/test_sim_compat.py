@@ -144,3 +144,18 @@ def test_real_target_internals_pass_and_a_moved_one_is_named():
     assert after == ["get_current_device in numba.cuda.dispatcher and numba.cuda.compiler: "
                      "numba.cuda.compiler has no get_current_device "
                      "(read by devalloc.aot.assume_device: compiling without a GPU)"]
+
+
+def test_the_dependency_range_starts_where_testing_starts():
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    reqs += [Requirement(r) for extra in ("cu12", "cu13", "test")
+             for r in project["optional-dependencies"][extra]]
+    ranges = {str(r.specifier) for r in reqs if r.name == "numba-cuda"}
+    assert len(ranges) == 1, ranges  # one range, in the dependencies and every extra
+    (spec,) = [r.specifier for r in reqs if r.name == "numba-cuda"][:1]
+    assert spec.contains(compat.TESTED[0]) and spec.contains(compat.TESTED[1])
+    assert not spec.contains("0.24.0")  # the newest release that fails (README)
