@@ -78,24 +78,24 @@ def _plain_swap(fn, fake):
 
 MOVES = {
     "lock": (lambda mp: mp.delattr(kernelapi, "caslock"),
-             "kernelapi has no lock(s) ['caslock']", "devalloc._simshim.install"),
+             "kernelapi has no lock(s) ['caslock']", "the simulator shim"),
     "new_lock": (lambda mp: mp.setattr(kernelapi.FakeCUDAAtomic, "add", _method_in_kernelapi(
         "def add(self, array, index, val):\n    with newaddlock:\n        pass\n", "add")),
-        "FakeCUDAAtomic.add takes lock(s) ['newaddlock']", "devalloc._simshim.install"),
+        "FakeCUDAAtomic.add takes lock(s) ['newaddlock']", "the simulator shim"),
     "atomic_method": (lambda mp: mp.delattr(kernelapi.FakeCUDAAtomic, "exch"),
-                      "FakeCUDAAtomic has no method exch", "devalloc._simshim.count_atomics"),
+                      "FakeCUDAAtomic has no method exch", "count_atomics"),
     "cas_arguments": (lambda mp: mp.setattr(kernelapi.FakeCUDAAtomic, "cas",
                                             lambda self, array, index, val, old: 0),
                       "expected value 'old' is not argument 2",
-                      "devalloc._simshim.count_atomics"),
-    "block_dim": (_without_block_dim, "_block_dim", "devalloc.warp"),
+                      "count_atomics"),
+    "block_dim": (_without_block_dim, "_block_dim", "the simulator's warp groups"),
     "thread_id": (_without_thread_id, "BlockThread.thread_id is not the linear thread index",
-                  "devalloc.warp"),
+                  "the simulator's warp groups"),
     "swap": (lambda mp: mp.setattr(kernelapi, "swapped_cuda_module", _plain_swap),
              "gives a module its real cuda back while another thread still runs",
-             "devalloc's device functions"),
+             "every device function"),
     "device_array": (lambda mp: mp.delattr(cuda.devicearray, "FakeCUDAArray"),
-                     "numba.cuda.devicearray.FakeCUDAArray is gone", "devalloc.host"),
+                     "numba.cuda.devicearray.FakeCUDAArray is gone", "Heap(memory=...)"),
 }
 
 
@@ -143,7 +143,7 @@ def test_real_target_internals_pass_and_a_moved_one_is_named():
     assert before == []
     assert after == ["get_current_device in numba.cuda.dispatcher and numba.cuda.compiler: "
                      "numba.cuda.compiler has no get_current_device "
-                     "(read by devalloc.aot.assume_device: compiling without a GPU)"]
+                     "(read by aot.compile_ptx: compiling without a GPU)"]
 
 
 def test_the_dependency_range_starts_where_testing_starts():

@@ -58,9 +58,15 @@ class Need:
     probe: Callable[[], List[str]]
 
 
-def _shim():
-    # The lock names and atomic kinds the simulator shim replaces and wraps.
-    return importlib.import_module("devalloc._simshim")
+def _shim_names():
+    # The lock names the simulator shim replaces, the atomic kinds
+    # count_atomics wraps, and where each cas kind takes its expected value.
+    try:  # the shim in devalloc.sim, count_atomics in devalloc.sim.atomics
+        from . import LOCK_NAMES  # type: ignore[attr-defined]
+        from .atomics import ATOMIC_KINDS, EXPECTED_ARG  # type: ignore[import-not-found]
+    except ImportError:  # both still in devalloc._simshim
+        from .._simshim import ATOMIC_KINDS, EXPECTED_ARG, LOCK_NAMES
+    return LOCK_NAMES, ATOMIC_KINDS, EXPECTED_ARG
 
 
 def _kernelapi():
@@ -105,10 +111,10 @@ def _lock_names_read(method):
 
 
 def _probe_atomic_locks():
-    shim = _shim()
+    lock_names = set(_shim_names()[0])
     api = _kernelapi()
     problems = []
-    missing = [n for n in shim.LOCK_NAMES if not hasattr(api, n)]
+    missing = sorted(n for n in lock_names if not hasattr(api, n))
     if missing:
         problems.append(f"kernelapi has no lock(s) {missing}")
     atomic = getattr(api, "FakeCUDAAtomic", None)
@@ -122,25 +128,25 @@ def _probe_atomic_locks():
         if not read:
             problems.append(f"FakeCUDAAtomic.{name} takes no module lock by name "
                             "(the shim cannot make it atomic with the other kinds)")
-        elif read - set(shim.LOCK_NAMES):
+        elif read - lock_names:
             problems.append(f"FakeCUDAAtomic.{name} takes lock(s) "
-                            f"{sorted(read - set(shim.LOCK_NAMES))}, which the shim "
+                            f"{sorted(read - lock_names)}, which the shim "
                             "does not know")
     return problems
 
 
 def _probe_atomic_methods():
-    shim = _shim()
+    _, kinds, expected_arg = _shim_names()
     atomic = getattr(_kernelapi(), "FakeCUDAAtomic", None)
     if atomic is None:
         return ["kernelapi has no FakeCUDAAtomic"]
     problems = []
-    for kind in shim.ATOMIC_KINDS:
+    for kind in kinds:
         method = getattr(atomic, kind, None)
         if not callable(method):
             problems.append(f"FakeCUDAAtomic has no method {kind}")
             continue
-        at = shim.EXPECTED_ARG.get(kind)
+        at = expected_arg.get(kind)
         if at is None:
             continue
         params = list(inspect.signature(method).parameters)[1:]  # after self
@@ -255,35 +261,35 @@ def _probe_extending():
 NEEDS = (
     Need("numba.cuda.simulator.kernelapi: the atomic locks (addlock ... exchlock), "
          "taken by name by every FakeCUDAAtomic method",
-         "devalloc._simshim.install: one lock for every atomic kind", "simulator",
+         "the simulator shim: one lock for every atomic kind", "simulator",
          _probe_atomic_locks),
     Need("numba.cuda.simulator.kernelapi.FakeCUDAAtomic: add ... cas, compare_and_swap "
          "(expected value as 'old')",
-         "devalloc._simshim.count_atomics: counts atomics and lost cas", "simulator",
+         "count_atomics: atomics and lost cas counted", "simulator",
          _probe_atomic_methods),
     Need("numba.cuda.simulator.kernel: BlockThread._manager, BlockThread.thread_id, "
          "BlockManager._block_dim (threading.current_thread() in a kernel)",
-         "devalloc.warp: the simulator's warp rendezvous", "simulator",
+         "the simulator's warp groups (a rendezvous of a warp's threads)", "simulator",
          _probe_block_threads),
     Need("numba.cuda.simulator.kernelapi.swapped_cuda_module: a module's cuda stays "
          "the simulator's while any thread runs a function of it",
-         "devalloc's device functions, run by a block's threads at once", "simulator",
+         "every device function, run by a block's threads at once", "simulator",
          _probe_swap),
     Need("numba.cuda.devicearray.FakeCUDAArray and its NumPy array _ary",
-         "devalloc.host: Heap(memory=...) on the simulator", "simulator",
+         "Heap(memory=...) on the simulator", "simulator",
          _probe_device_array),
     Need("py_func of a simulated device function",
-         "devalloc.testing.machine: the interleaving explorer", "simulator",
+         "the interleaving explorer (devalloc.testing)", "simulator",
          _probe_py_func),
     Need("numba.np.numpy_support.as_dtype (numba)",
-         "devalloc.view on the simulator: numba dtypes", "simulator", _probe_as_dtype),
+         "view on the simulator: numba dtypes", "simulator", _probe_as_dtype),
     Need("get_current_device in numba.cuda.dispatcher and numba.cuda.compiler",
-         "devalloc.aot.assume_device: compiling without a GPU", "gpu",
+         "aot.compile_ptx: compiling without a GPU", "gpu",
          _probe_current_device),
     Need("numba.cuda.cudadrv.driver.device_memset",
-         "devalloc.host: zeroing the metadata, reset", "gpu", _probe_memset),
+         "Heap: zeroing the metadata, reset", "gpu", _probe_memset),
     Need("numba.cuda.extending: intrinsic, overload, register_jitable",
-         "devalloc.view, alloc/free, layout", "both", _probe_extending),
+         "view, alloc, free and the layout arithmetic", "both", _probe_extending),
 )
 
 
