@@ -93,10 +93,13 @@ def _load():
     typing templates must be registered before Numba types a kernel that
     calls them. Registering them while Numba is already typing that kernel
     (a lazy import triggered by the kernel's own ``devalloc.alloc``) is too
-    late for that compilation.
+    late for that compilation. First checks the numba-cuda internals devalloc
+    reads (:func:`devalloc.sim.compat.check`).
     """
     from . import _simshim
+    from .sim import compat
 
+    compat.check()  # every numba-cuda internal devalloc reads is there
     _simshim.install()  # simulator only: one lock for every atomic kind
     for name in __all__:
         if name == "view":

@@ -159,3 +159,25 @@ def test_the_dependency_range_starts_where_testing_starts():
     (spec,) = [r.specifier for r in reqs if r.name == "numba-cuda"][:1]
     assert spec.contains(compat.TESTED[0]) and spec.contains(compat.TESTED[1])
     assert not spec.contains("0.24.0")  # the newest release that fails (README)
+
+
+FIRST_USE = """
+import sys
+from numba.cuda.simulator import kernel
+del kernel.BlockManager.run  # as if numba-cuda ran a block's threads some other way
+import devalloc
+from devalloc.sim.compat import NumbaCudaMismatch
+try:
+    devalloc.Heap
+except NumbaCudaMismatch as e:
+    print(e.problems)
+    sys.exit(3)
+"""
+
+
+def test_first_use_of_devalloc_checks_numba_cuda():
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_ENABLE_CUDASIM": "1"}
+    proc = subprocess.run([sys.executable, "-c", FIRST_USE], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 3, proc.stdout + proc.stderr[-3000:]
+    assert "BlockManager.run no longer runs a block's threads as BlockThreads" in proc.stdout
