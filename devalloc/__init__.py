@@ -12,6 +12,14 @@ can pick the GPU or the simulator before numba reads its configuration.
 
 import importlib
 from importlib import metadata as _metadata
+import typing as _typing
+
+if _typing.TYPE_CHECKING:  # what type checkers see; at run time these load on first use
+    from .errors import (DevallocError, HeapClosedError, HeapCorruption, HeapExhausted,
+                         OutOfMemoryError)
+    from .host import Ctx, DebugCtx, Heap, RunResult, ctx_type, debug_ctx_type
+    from .layout import ALIGN, NULL, PAGE, SCOPE_NONE
+    from .stats import ClassUsage, Usage
 
 try:
     __version__ = _metadata.version("devalloc")
@@ -109,7 +117,7 @@ def _load():
         globals()[name] = value
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> _typing.Any:
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     if name not in __all__:

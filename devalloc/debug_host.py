@@ -27,7 +27,7 @@ class Record:
     thread: int
     size: int = -1
 
-    def __str__(self):
+    def __str__(self) -> str:
         who = f"block {self.block}, thread {self.thread}" if self.block >= 0 else "found by check()"
         size = f" (requested {self.size} B)" if self.size >= 0 else ""
         return f"{self.kind} at offset {self.offset}{size}: {who}"

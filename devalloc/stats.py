@@ -6,6 +6,7 @@ synchronizes before copying).
 """
 
 from dataclasses import dataclass, field, asdict
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -48,7 +49,8 @@ class Usage:
     failed: int
     invalid_frees: int
     live_blocks: int
-    classes: dict = field(default_factory=dict, compare=False)
+    #: Per size class in use: its block size in bytes -> :class:`ClassUsage`.
+    classes: Dict[int, ClassUsage] = field(default_factory=dict, compare=False)
     #: Blocks handed out by ``bump`` (never freed one by one; ``reset`` frees them).
     bump_allocs: int = 0
     #: Bytes of the arena held by bump chunks (whole pages).
@@ -61,7 +63,7 @@ class Usage:
     #: Live blocks of whole pages (over 8 KiB), scoped chunks included.
     large_blocks: int = 0
 
-    def suggest_capacity(self, headroom=0.25):
+    def suggest_capacity(self, headroom: float = 0.25) -> int:
         """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.
 
         The result counts the metadata too, so ``Heap(u.suggest_capacity())``
@@ -76,20 +78,20 @@ class Usage:
         pages = max(1, -(-int(round(need)) // L.PAGE))
         return L.capacity_for_pages(pages)
 
-    def __str__(self):
+    def __str__(self) -> str:
         """Return the usage report: an aligned table (:mod:`devalloc.report`)."""
         from .report import format_usage
 
         return format_usage(self)
 
-    def to_dict(self):
+    def to_dict(self) -> Dict[str, Any]:
         """Return the usage as plain JSON-serialisable data."""
         d = asdict(self)
         d["classes"] = {int(k): asdict(v) for k, v in self.classes.items()}
         return d
 
 
-def usage_from_meta(meta, npages):
+def usage_from_meta(meta: Any, npages: int) -> Usage:
     """Return the :class:`Usage` described by metadata ``meta`` of ``npages``."""
     meta = np.asarray(meta, dtype=np.int64)
     state = meta[L.STATE_BASE:L.STATE_BASE + npages]
@@ -155,7 +157,7 @@ _SLAB_BATCH = 4096
 _CLASS_SIZES = np.array([L.class_size(c) for c in range(L.NCLASSES)], np.int64)
 
 
-def live_blocks(meta, npages):
+def live_blocks(meta: Any, npages: int) -> List[Tuple[int, int]]:
     """Return the live blocks as sorted ``(offset, reserved size)`` pairs.
 
     Vectorized over pages: a slab's live blocks are those below its cursor
@@ -181,7 +183,7 @@ def live_blocks(meta, npages):
         size = _CLASS_SIZES[tag[pages] - 1][slab]
         offs.append(pages[slab] * L.PAGE + k * size)
         sizes.append(size)
-    offs = np.concatenate(offs)
-    sizes = np.concatenate(sizes)
-    order = np.argsort(offs, kind="stable")
-    return list(zip(offs[order].tolist(), sizes[order].tolist()))
+    all_offs = np.concatenate(offs)
+    all_sizes = np.concatenate(sizes)
+    order = np.argsort(all_offs, kind="stable")
+    return list(zip(all_offs[order].tolist(), all_sizes[order].tolist()))
