@@ -20,6 +20,7 @@ import collections
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 from numba import config, cuda, types
@@ -28,7 +29,7 @@ from . import layout as L
 from .debug_device import DEBUG_WORDS
 from .debug_host import describe, find_corruption, requested_size
 from .errors import HeapClosedError, HeapCorruption, HeapExhausted, OutOfMemoryError
-from .stats import live_blocks, usage_from_meta
+from .stats import Usage, live_blocks, usage_from_meta
 
 #: The handle kernels receive: the arena bytes and the metadata words.
 Ctx = collections.namedtuple("Ctx", ["arena", "meta"])
@@ -106,7 +107,7 @@ def _device_bytes(memory):
 class RunResult:
     """What :meth:`Heap.run` did: the final usage, launches, final capacity."""
 
-    usage: object
+    usage: Usage
     attempts: int
     capacity: int
 
@@ -131,7 +132,8 @@ class Heap:
     memory deterministically.
     """
 
-    def __init__(self, capacity=None, *, stream=0, memory=None, device=None, debug=False):
+    def __init__(self, capacity: int | None = None, *, stream: Any = 0, memory: Any = None,
+                 device: int | None = None, debug: bool = False) -> None:
         self.stream = stream
         self.device = device
         self.debug = bool(debug)
@@ -219,18 +221,18 @@ class Heap:
 
     # -------------------------------------------------------------- public
     @property
-    def ctx(self):
+    def ctx(self) -> Ctx | DebugCtx:
         """The handle to pass to kernels (type: ``devalloc.ctx_type``)."""
         self._live()
         return self._ctx
 
     @property
-    def capacity(self):
+    def capacity(self) -> int:
         """Bytes the heap can hand out (whole pages of the arena)."""
         return self.npages * L.PAGE
 
     @property
-    def arena(self):
+    def arena(self) -> Any:
         """The heap's bytes as a device array (``__cuda_array_interface__``).
 
         Offsets returned by ``alloc`` index it, so results left in heap
@@ -239,7 +241,7 @@ class Heap:
         self._live()
         return self._arena
 
-    def reset(self, stream=None):
+    def reset(self, stream: Any = None) -> None:
         """Free every allocation and clear every counter, ordered on ``stream``.
 
         Does not synchronize the host. Costs one memset of the metadata
@@ -252,12 +254,12 @@ class Heap:
             if self._debug is not None:
                 _zero(self._debug, DEBUG_WORDS * 8, self._stream(stream))
 
-    def usage(self, stream=None):
+    def usage(self, stream: Any = None) -> Usage:
         """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`."""
         meta = self._snapshot(self._meta, stream)
         return usage_from_meta(meta, self.npages)
 
-    def live(self, stream=None):
+    def live(self, stream: Any = None) -> list[tuple[int, int]]:
         """Synchronize and list the live blocks as ``(offset, size)`` pairs.
 
         ``size`` is the requested size on a debug heap, the reserved size
@@ -271,7 +273,7 @@ class Heap:
         arena = self._snapshot(self._arena, stream)
         return [(off, requested_size(arena, off, size)) for off, size in blocks]
 
-    def check(self, stream=None):
+    def check(self, stream: Any = None) -> None:
         """Synchronize and raise :class:`HeapCorruption` if misuse was seen.
 
         Debug heaps only. Reports the invalid frees and overwritten guards
@@ -298,7 +300,7 @@ class Heap:
             (s if s else cuda.default_stream()).synchronize()
         return host
 
-    def resize(self, capacity):
+    def resize(self, capacity: int) -> None:
         """Replace the heap by an empty one of ``capacity`` bytes.
 
         **Discards the contents**: every block is freed and every counter
@@ -315,7 +317,8 @@ class Heap:
              self.requested, self.npages) = old
             raise
 
-    def run(self, kernel, griddim, blockdim, *args, ceiling, growth=2.0, max_attempts=16):
+    def run(self, kernel: Any, griddim: Any, blockdim: Any, *args: Any, ceiling: int,
+            growth: float = 2.0, max_attempts: int = 16) -> RunResult:
         """Launch ``kernel`` until no allocation fails, growing the heap.
 
         For kernels that are safe to re-run from scratch. Each attempt resets
@@ -349,25 +352,25 @@ class Heap:
             f"allocations still failed after {max_attempts} attempts "
             f"(capacity {self.requested} bytes)", u, max_attempts)
 
-    def close(self):
+    def close(self) -> None:
         """Release the heap's device memory (not ``memory=``'s). Idempotent."""
         if not self._closed:
             self._closed = True
             self._arena = self._meta = self._ctx = self._debug = None
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self):
+    def __enter__(self) -> "Heap":
         self._live()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self._closed else f"pages={self.npages}"
         return f"Heap(capacity={self.requested}, {state})"
 
