@@ -11,8 +11,8 @@ can pick the GPU or the simulator before numba reads its configuration.
 """
 
 import importlib
-from importlib import metadata as _metadata
 import typing as _typing
+from importlib import metadata as _metadata
 
 if _typing.TYPE_CHECKING:  # what type checkers see; at run time these load on first use
     from .errors import (DevallocError, HeapClosedError, HeapCorruption, HeapExhausted,

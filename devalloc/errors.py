@@ -1,6 +1,6 @@
 """Exceptions raised on the host. Device code never raises: it returns NULL."""
 
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: stats and debug_host import numba
     from .debug_host import Record
@@ -39,6 +39,6 @@ class HeapCorruption(DevallocError):
     :class:`devalloc.debug_host.Record` (kind, offset, block, thread).
     """
 
-    def __init__(self, message: str, records: "List[Record]") -> None:
+    def __init__(self, message: str, records: "list[Record]") -> None:
         super().__init__(message)
         self.records = records

@@ -6,7 +6,7 @@ synchronizes before copying).
 """
 
 from dataclasses import dataclass, field, asdict
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +50,7 @@ class Usage:
     invalid_frees: int
     live_blocks: int
     #: Per size class in use: its block size in bytes -> :class:`ClassUsage`.
-    classes: Dict[int, ClassUsage] = field(default_factory=dict, compare=False)
+    classes: dict[int, ClassUsage] = field(default_factory=dict, compare=False)
     #: Blocks handed out by ``bump`` (never freed one by one; ``reset`` frees them).
     bump_allocs: int = 0
     #: Bytes of the arena held by bump chunks (whole pages).
@@ -84,7 +84,7 @@ class Usage:
 
         return format_usage(self)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """Return the usage as plain JSON-serialisable data."""
         d = asdict(self)
         d["classes"] = {int(k): asdict(v) for k, v in self.classes.items()}
@@ -157,7 +157,7 @@ _SLAB_BATCH = 4096
 _CLASS_SIZES = np.array([L.class_size(c) for c in range(L.NCLASSES)], np.int64)
 
 
-def live_blocks(meta: Any, npages: int) -> List[Tuple[int, int]]:
+def live_blocks(meta: Any, npages: int) -> list[tuple[int, int]]:
     """Return the live blocks as sorted ``(offset, reserved size)`` pairs.
 
     Vectorized over pages: a slab's live blocks are those below its cursor

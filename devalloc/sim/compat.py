@@ -4,10 +4,11 @@ devalloc reads a few things numba-cuda does not document: on the CUDA
 simulator, the atomic locks and atomic methods (the one-lock shim and
 ``count_atomics``), the attributes of a block's threads (the warp
 rendezvous), the swap of a module's ``cuda`` for the simulator's while any
-thread runs a device function of it, its device array class (``Heap(memory=...)``) and device
-functions' ``py_func`` (the interleaving explorer); on the real CUDA target,
-the name through which the compiler asks for the current device
-(:func:`devalloc.aot.assume_device`) and the driver's memset. Each is one
+thread runs a device function of it, its device array class
+(``Heap(memory=...)``) and device functions' ``py_func`` (the interleaving
+explorer); on the real CUDA target, the name through which the compiler
+asks for the current device (:func:`devalloc.aot.assume_device`) and the
+driver's memset. Each is one
 :class:`Need` in :data:`NEEDS`, with what reads it and a probe that says what
 moved. :func:`check` runs the probes for the target in use and raises
 :class:`NumbaCudaMismatch` naming the installed numba-cuda and every need
@@ -24,7 +25,7 @@ import threading
 import types
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Callable, List, Optional
+from typing import Callable
 
 from ..errors import DevallocError
 
@@ -55,7 +56,7 @@ class Need:
     #: "simulator", "gpu" (the real CUDA target) or "both".
     target: str
     #: Returns what is wrong (empty when the need is met); may raise.
-    probe: Callable[[], List[str]]
+    probe: Callable[[], list[str]]
 
 
 def _shim_names():
@@ -300,7 +301,7 @@ def _version(dist):
         return "(not installed)"
 
 
-def problems(simulator: Optional[bool] = None) -> List[str]:
+def problems(simulator: bool | None = None) -> list[str]:
     """Return one line per need of ``simulator``'s target that is not met.
 
     ``simulator`` defaults to numba's ``ENABLE_CUDASIM``. The real target's
@@ -317,7 +318,7 @@ def problems(simulator: Optional[bool] = None) -> List[str]:
             f"numba is running with NUMBA_ENABLE_CUDASIM={int(sim)}: only the "
             f"{'simulator' if sim else 'real CUDA target'}'s needs can be checked")
     target = "simulator" if simulator else "gpu"
-    found: List[str] = []
+    found: list[str] = []
     with _PROBE_LOCK:
         for need in NEEDS:
             if need.target not in (target, "both"):
@@ -330,7 +331,7 @@ def problems(simulator: Optional[bool] = None) -> List[str]:
     return found
 
 
-def check(simulator: Optional[bool] = None) -> None:
+def check(simulator: bool | None = None) -> None:
     """Raise :class:`NumbaCudaMismatch` unless every numba-cuda internal devalloc reads is there.
 
     Checks the needs of the simulator or of the real CUDA target, whichever
