@@ -11,7 +11,15 @@ can pick the GPU or the simulator before numba reads its configuration.
 """
 
 import importlib
+import typing as _typing
 from importlib import metadata as _metadata
+
+if _typing.TYPE_CHECKING:  # what type checkers see; at run time these load on first use
+    from .errors import (DevallocError, HeapClosedError, HeapCorruption, HeapExhausted,
+                         OutOfMemoryError)
+    from .host import Ctx, DebugCtx, Heap, RunResult, ctx_type, debug_ctx_type
+    from .layout import ALIGN, NULL, PAGE, SCOPE_NONE
+    from .stats import ClassUsage, Usage
 
 try:
     __version__ = _metadata.version("devalloc")
@@ -90,16 +98,19 @@ def _load():
     typing templates must be registered before Numba types a kernel that
     calls them. Registering them while Numba is already typing that kernel
     (a lazy import triggered by the kernel's own ``devalloc.alloc``) is too
-    late for that compilation.
+    late for that compilation. First checks the numba-cuda internals devalloc
+    reads (:func:`devalloc.sim.compat.check`).
     """
     from . import sim
+    from .sim import compat
 
+    compat.check()  # every numba-cuda internal devalloc reads is there
     sim.install()  # simulator only: one lock for every atomic kind
     for name in __all__:
         globals()[name] = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> _typing.Any:
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     if name not in __all__:

@@ -29,7 +29,7 @@ class Record:
     #: What else the host can tell, e.g. that the offset is beyond this heap.
     note: str = ""
 
-    def __str__(self):
+    def __str__(self) -> str:
         who = f"block {self.block}, thread {self.thread}" if self.block >= 0 else "found by check()"
         size = f" (requested {self.size} B)" if self.size >= 0 else ""
         note = f" ({self.note})" if self.note else ""

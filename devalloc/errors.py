@@ -1,5 +1,11 @@
 """Exceptions raised on the host. Device code never raises: it returns NULL."""
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: stats and debug_host import numba
+    from .debug_host import Record
+    from .stats import Usage
+
 
 class DevallocError(Exception):
     """Base class of every devalloc exception."""
@@ -20,7 +26,7 @@ class HeapExhausted(DevallocError):
     launches were made.
     """
 
-    def __init__(self, message, usage, attempts):
+    def __init__(self, message: str, usage: "Usage", attempts: int) -> None:
         super().__init__(message)
         self.usage = usage
         self.attempts = attempts
@@ -33,7 +39,7 @@ class HeapCorruption(DevallocError):
     :class:`devalloc.debug_host.Record` (kind, offset, block, thread).
     """
 
-    def __init__(self, message, records):
+    def __init__(self, message: str, records: "list[Record]") -> None:
         super().__init__(message)
         self.records = records
 

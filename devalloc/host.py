@@ -21,6 +21,7 @@ import numbers
 import os
 import dataclasses
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 from numba import config, cuda
@@ -30,7 +31,7 @@ from . import observed
 from .ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
 from .debug_host import describe, find_corruption, requested_size
 from .errors import HeapClosedError, HeapCorruption, HeapExhausted, OutOfMemoryError
-from .stats import live_blocks, usage_from_meta
+from .stats import Usage, live_blocks, usage_from_meta
 
 
 
@@ -148,7 +149,7 @@ _PASS_CTX = (
 class RunResult:
     """What :meth:`Heap.run` did: the final usage, launches, final capacity."""
 
-    usage: object
+    usage: Usage
     attempts: int
     capacity: int
 
@@ -180,8 +181,9 @@ class Heap:
     memory deterministically.
     """
 
-    def __init__(self, capacity=None, *, stream=0, memory=None, device=None, debug=False,
-                 profile=False, trace=0):
+    def __init__(self, capacity: int | None = None, *, stream: Any = 0, memory: Any = None,
+                 device: int | None = None, debug: bool = False, profile: bool = False,
+                 trace: int = 0) -> None:
         self.stream = _check_stream(stream, "stream=")
         self.device = device
         if not isinstance(debug, (bool, np.bool_)):
@@ -298,18 +300,18 @@ class Heap:
 
     # -------------------------------------------------------------- public
     @property
-    def ctx(self):
+    def ctx(self) -> Ctx | DebugCtx:
         """The handle to pass to kernels (type: ``devalloc.ctx_type``)."""
         self._live()
         return self._ctx
 
     @property
-    def capacity(self):
+    def capacity(self) -> int:
         """Bytes the heap can hand out (whole pages of the arena)."""
         return self.npages * L.PAGE
 
     @property
-    def arena(self):
+    def arena(self) -> Any:
         """The heap's bytes as a device array (``__cuda_array_interface__``).
 
         Offsets returned by ``alloc`` index it, so results left in heap
@@ -329,7 +331,7 @@ class Heap:
         # kernel on a GPU fails here, at launch, with the same advice.
         raise TypeError(_PASS_CTX)
 
-    def reset(self, stream=None):
+    def reset(self, stream: Any = None) -> None:
         """Free every allocation and clear every counter, ordered on ``stream``.
 
         Does not synchronize the host. Costs one memset of the metadata
@@ -343,7 +345,7 @@ class Heap:
                 if array is not None and array.size:
                     _zero(array, array.size * 8, self._stream(stream))
 
-    def usage(self, stream=None):
+    def usage(self, stream: Any = None) -> Usage:
         """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`.
 
         On a heap made with ``profile=True``, ``usage().profile`` holds the
@@ -370,7 +372,7 @@ class Heap:
             raise ValueError("trace() needs a heap made with trace=N (the events to keep)")
         return observed.decode_trace(self._snapshot(self._trace, stream), self.trace_room)
 
-    def live(self, stream=None):
+    def live(self, stream: Any = None) -> list[tuple[int, int]]:
         """Synchronize and list the live blocks as ``(offset, size)`` pairs.
 
         ``size`` is the requested size on a debug heap (kept outside the
@@ -389,7 +391,7 @@ class Heap:
         sizes = self._snapshot(self._sizes, stream)
         return [(off, requested_size(sizes, off, size)) for off, size in blocks]
 
-    def check(self, stream=None):
+    def check(self, stream: Any = None) -> None:
         """Synchronize and raise :class:`HeapCorruption` if misuse was seen.
 
         Debug heaps only. Reports the invalid frees and overwritten guards
@@ -417,7 +419,7 @@ class Heap:
             (s if s else cuda.default_stream()).synchronize()
         return host
 
-    def resize(self, capacity):
+    def resize(self, capacity: int) -> None:
         """Replace the heap by an empty one of ``capacity`` bytes.
 
         **Discards the contents**: every block is freed and every counter
@@ -435,7 +437,8 @@ class Heap:
              self._ctx, self.requested, self.npages) = old
             raise
 
-    def run(self, kernel, griddim, blockdim, *args, ceiling, growth=2.0, max_attempts=16):
+    def run(self, kernel: Any, griddim: Any, blockdim: Any, *args: Any, ceiling: int,
+            growth: float = 2.0, max_attempts: int = 16) -> RunResult:
         """Launch ``kernel`` until no allocation fails, growing the heap.
 
         For kernels that are safe to re-run from scratch. Each attempt resets
@@ -508,7 +511,7 @@ class Heap:
             "current heap.ctx to each attempt)"
         )
 
-    def close(self):
+    def close(self) -> None:
         """Release the heap's device memory (not ``memory=``'s). Idempotent."""
         if not self._closed:
             self._closed = True
@@ -516,18 +519,18 @@ class Heap:
             self._prof = self._trace = None
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self):
+    def __enter__(self) -> "Heap":
         self._live()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self._closed else f"pages={self.npages}"
         return f"Heap(capacity={self.requested}, {state})"
 

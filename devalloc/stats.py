@@ -6,6 +6,7 @@ synchronizes before copying).
 """
 
 from dataclasses import asdict, dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -50,7 +51,8 @@ class Usage:
     failed: int
     invalid_frees: int
     live_blocks: int
-    classes: dict = field(default_factory=dict, compare=False)
+    #: Per size class in use: its block size in bytes -> :class:`ClassUsage`.
+    classes: dict[int, ClassUsage] = field(default_factory=dict, compare=False)
     #: Blocks handed out by ``bump`` (never freed one by one; ``reset`` frees them).
     bump_allocs: int = 0
     #: Bytes of the arena held by bump chunks (whole pages).
@@ -67,9 +69,9 @@ class Usage:
     scoped_chunks: int = 0
     #: Profile counters of a heap made with ``profile=True`` (keys:
     #: ``devalloc.layout.PROF_NAMES``), else None.
-    profile: dict = field(default=None, compare=False)
+    profile: dict | None = field(default=None, compare=False)
 
-    def suggest_capacity(self, headroom=0.25):
+    def suggest_capacity(self, headroom: float = 0.25) -> int:
         """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.
 
         The result counts the metadata too, so ``Heap(u.suggest_capacity())``
@@ -84,20 +86,20 @@ class Usage:
         pages = max(1, -(-int(round(need)) // L.PAGE))
         return L.capacity_for_pages(pages)
 
-    def __str__(self):
+    def __str__(self) -> str:
         """Return the usage report: an aligned table (:mod:`devalloc.report`)."""
         from .report import format_usage
 
         return format_usage(self)
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, Any]:
         """Return the usage as plain JSON-serialisable data."""
         d = asdict(self)
         d["classes"] = {int(k): asdict(v) for k, v in self.classes.items()}
         return d
 
 
-def total_usage(usages):
+def total_usage(usages: Any) -> "Usage":
     """Return the :class:`Usage` of several heaps together: every figure added up.
 
     Size classes are merged class by class. ``peak`` is the sum of each
@@ -107,19 +109,22 @@ def total_usage(usages):
     usages = list(usages)
     if not usages:
         raise ValueError("total_usage() needs at least one Usage")
-    names = [f.name for f in fields(Usage) if f.name != "classes"]
-    classes = {}
+    names = [f.name for f in fields(Usage) if f.name not in ("classes", "profile")]
+    classes: dict[int, ClassUsage] = {}
     for u in usages:
         for size, c in u.classes.items():
             t = classes.get(size)
             classes[size] = c if t is None else ClassUsage(
                 size, t.blocks_live + c.blocks_live, t.slabs + c.slabs,
                 t.slack_bytes + c.slack_bytes)
+    profile = None
+    if all(u.profile is not None for u in usages):
+        profile = {k: sum(u.profile[k] for u in usages) for k in usages[0].profile}
     return Usage(**{n: sum(getattr(u, n) for u in usages) for n in names},
-                 classes=dict(sorted(classes.items())))
+                 classes=dict(sorted(classes.items())), profile=profile)
 
 
-def usage_from_meta(meta, npages):
+def usage_from_meta(meta: Any, npages: int) -> Usage:
     """Return the :class:`Usage` described by metadata ``meta`` of ``npages``."""
     meta = np.asarray(meta, dtype=np.int64)
     # The layout's accessors are plain arithmetic: they work on arrays too.
@@ -187,7 +192,7 @@ _SLAB_BATCH = 4096
 _CLASS_SIZES = np.array([L.class_size(c) for c in range(L.NCLASSES)], np.int64)
 
 
-def live_blocks(meta, npages):
+def live_blocks(meta: Any, npages: int) -> list[tuple[int, int]]:
     """Return the live blocks as sorted ``(offset, reserved size)`` pairs.
 
     Vectorized over pages: a slab's live blocks are those below its cursor
@@ -213,7 +218,7 @@ def live_blocks(meta, npages):
         size = _CLASS_SIZES[L.slab_class(tag[pages])][slab]
         offs.append(pages[slab] * L.PAGE + k * size)
         sizes.append(size)
-    offs = np.concatenate(offs)
-    sizes = np.concatenate(sizes)
-    order = np.argsort(offs, kind="stable")
-    return list(zip(offs[order].tolist(), sizes[order].tolist()))
+    all_offs = np.concatenate(offs)
+    all_sizes = np.concatenate(sizes)
+    order = np.argsort(all_offs, kind="stable")
+    return list(zip(all_offs[order].tolist(), all_sizes[order].tolist()))

@@ -1,12 +1,13 @@
 """What a plain install gets: the wheel's license and type marker, the version.
 
-The wheel is built once (``pip wheel --no-deps``, build isolation as a user's
-pip does it: setuptools comes from the package index; the test skips, saying
-so, when it cannot be had).
+The wheel is built once, from a copy of the checkout (``pip wheel
+--no-deps``, build isolation as a user's pip does it: setuptools comes from
+the package index; the test skips, saying so, when it cannot be had).
 """
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -23,8 +24,12 @@ APACHE_2_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
+    # A copy: setuptools builds in the source tree (build/, *.egg-info).
+    src = out / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", ".benchmarks"))
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(src)],
         capture_output=True, text=True, timeout=600,
     )
     if proc.returncode and "No matching distribution found for setuptools" in proc.stderr:

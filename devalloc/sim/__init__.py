@@ -6,7 +6,8 @@ kind share one lock: the simulator guards each kind with its own
 interleave, while on a GPU every atomic on a word is atomic with respect to
 every other, and devalloc mixes kinds on one word. :mod:`.warp` forms warp
 groups as a rendezvous of simulated threads; :mod:`.atomics` counts atomics
-(``count_atomics``, public). Installed at the first use of devalloc's public
+(``count_atomics``, public); :mod:`.compat` checks at first use that every
+numba-cuda internal devalloc reads is where it expects it. Installed at the first use of devalloc's public
 names, only on the simulator; the names it reads are checked, so a
 numba-cuda that renames them fails loudly.
 """
