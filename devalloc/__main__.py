@@ -39,6 +39,7 @@ EXAMPLES = {
     "particle_transport": "secondary particles on a per-history stack that grows",
     "barrier_option": "only paths near the barrier keep their points for a second pass",
     "two_pass_variance": "a run-time number of samples, read twice",
+    "step_scratch": "per-time-step buffers: scoped scratch vs alloc/free vs worst case",
 }
 #: The fastest example on the simulator (about 2 s at its defaults).
 DEFAULT_EXAMPLE = "ragged_walks"

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -150,3 +151,12 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_the_simulation(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("devalloc demo: --plot ")
     assert says.format(tmp=tmp_path) in err
+
+
+def test_the_demo_offers_every_example_module():
+    # The README's example table lists them all; the demo must run them all.
+    from devalloc import _examples
+
+    folder = Path(_examples.package().__path__[0])
+    modules = {p.stem for p in folder.glob("*.py") if not p.name.startswith("_")}
+    assert set(cli.EXAMPLES) == modules
