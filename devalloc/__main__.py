@@ -12,7 +12,8 @@ saved against worst-case preallocation::
 Progress goes to stderr, a line per phase; ``--json`` prints one JSON object
 on stdout instead of the report. ``--plot`` needs matplotlib
 (``pip install 'devalloc[plot]'``). Exit status 0 when the heap version and
-its twin agree exactly, 1 when they do not, 2 on a usage error.
+its twin agree exactly, 1 when they do not, 2 on a usage error, 3 when the
+example's module is not installed.
 
 Order matters: :func:`devalloc.target.choose` must run before anything
 imports numba (numba reads ``NUMBA_ENABLE_CUDASIM`` once, at import), so this
@@ -41,6 +42,13 @@ EXAMPLES = {
     "two_pass_variance": "a run-time number of samples, read twice",
     "step_scratch": "per-time-step buffers: scoped scratch vs alloc/free vs worst case",
 }
+#: Exit statuses of ``demo`` (2 is also argparse's, for a bad option).
+EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOT_INSTALLED = 0, 1, 2, 3
+EXIT_STATUSES = (
+    "exit status: 0 the heap version and its twin agree bit for bit; 1 they differ; "
+    "2 a usage error (a bad option, a --plot file that cannot be written); "
+    "3 the example is not installed (a broken installation)"
+)
 #: The fastest example on the simulator (about 2 s at its defaults).
 DEFAULT_EXAMPLE = "ragged_walks"
 DEFAULT_THREADS = 256
@@ -102,6 +110,7 @@ def build_parser():
             "saved. Examples: "
             + "; ".join(f"{k}: {v}" for k, v in EXAMPLES.items())
         ),
+        epilog=EXIT_STATUSES,
     )
     d.add_argument("--example", choices=sorted(EXAMPLES), default=DEFAULT_EXAMPLE,
                    help=f"which example (default: {DEFAULT_EXAMPLE})")
@@ -159,8 +168,15 @@ def plot_path(text, example):
     return path
 
 
+class ExampleNotInstalled(Exception):
+    """The module of a known example cannot be found (a broken installation)."""
+
+
 def import_example(name):
-    """Import example ``name`` (``devalloc.examples.<name>``); call after choose()."""
+    """Import example ``name`` (``devalloc.examples.<name>``); call after choose().
+
+    Raises :class:`ExampleNotInstalled` when its module is missing.
+    """
     from . import _examples
 
     try:
@@ -168,17 +184,10 @@ def import_example(name):
     except ModuleNotFoundError as e:
         if e.name not in (_examples.NAME, f"{_examples.NAME}.{name}"):
             raise
-        raise SystemExit(
-            f"devalloc demo: the example {name} is not installed with this devalloc "
-            f"({e}); reinstall devalloc (pip install devalloc, or pip install -e . "
-            "in a clone)"
+        raise ExampleNotInstalled(
+            f"the example {name} is not installed with this devalloc ({e}); "
+            "reinstall devalloc (pip install devalloc, or pip install -e . in a clone)"
         ) from e
-
-
-def run_example(name, threads, seed, progress):
-    """Run example ``name``; return its result (a ``devalloc.examples._mc.Result``)."""
-    module = import_example(name)
-    return module.run(threads=threads, seed=seed, progress=progress)
 
 
 def example_script(path):
@@ -346,13 +355,20 @@ def demo(args):
                 problem = str(e)
         if problem:
             print(f"devalloc demo: {problem}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     progress = _Progress()
     from . import target as _target  # imports no numba
 
     target = _target.choose()  # before numba is imported, by kernels below
     progress(f"{args.example} on {_where(target)}")
-    r = run_example(args.example, args.threads, args.seed, progress)
+    try:
+        module = import_example(args.example)
+    except ExampleNotInstalled as e:
+        print(f"devalloc demo: {e}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"example": args.example, "error": str(e)}))
+        return EXIT_NOT_INSTALLED
+    r = module.run(threads=args.threads, seed=args.seed, progress=progress)
     s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())
     progress(f"done in {s['seconds']:.1f} s")
     if plot_to:
@@ -362,7 +378,7 @@ def demo(args):
         print(json.dumps(s))
     else:
         print(format_text(s, r))
-    return 0 if s["identical"] else 1
+    return EXIT_IDENTICAL if s["identical"] else EXIT_DIFFERENT
 
 
 def main(argv=None):
@@ -370,7 +386,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command != "demo":
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     return demo(args)
 
 

@@ -160,3 +160,20 @@ def test_the_demo_offers_every_example_module():
     folder = Path(_examples.package().__path__[0])
     modules = {p.stem for p in folder.glob("*.py") if not p.name.startswith("_")}
     assert set(cli.EXAMPLES) == modules
+
+
+def test_a_missing_example_module_has_its_own_exit_status(monkeypatch, capsys):
+    # 1 means "the heap version and its twin differ"; a missing module is 3.
+    monkeypatch.setitem(cli.EXAMPLES, "ghost", "an example that is not installed")
+    assert cli.main(["demo", "--example", "ghost"]) == cli.EXIT_NOT_INSTALLED == 3
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines()[-1].startswith(
+        "devalloc demo: the example ghost is not installed with this devalloc")
+    assert cli.main(["demo", "--example", "ghost", "--json"]) == 3
+    s = json.loads(capsys.readouterr().out)
+    assert s["example"] == "ghost" and "not installed" in s["error"]
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "1 they differ;" in help_text and "3 the example is not installed" in help_text
