@@ -9,6 +9,7 @@ suite selected.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +178,12 @@ def test_a_missing_example_module_has_its_own_exit_status(monkeypatch, capsys):
         cli.main(["demo", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "1 they differ;" in help_text and "3 the example is not installed" in help_text
+
+
+@pytest.mark.parametrize("example", sorted(cli.EXAMPLES))
+def test_one_thread_has_no_error_bar_rather_than_a_zero_one(example, capsys):
+    # A standard error is undefined for one sample: "n/a", never "+- 0.000".
+    assert cli.main(["demo", "--example", example, "--threads", "1", "--seed", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "+- n/a" in text
+    assert not re.search(r"\+- 0\.0+\b", text), text
