@@ -55,8 +55,15 @@ DEFAULT_THREADS = 256
 DEFAULT_SEED = 1
 
 
+#: Seconds a simulator launch runs before its progress bar appears: short
+#: runs show none.
+BAR_DELAY = 2.0
+#: The demo warns when it expects the simulator to need more than this.
+SIM_BUDGET_SECONDS = 60.0
+
+
 class _Progress:
-    """Phase lines on stderr, stamped with the seconds since the start."""
+    """Phase lines on stderr, stamped with the seconds since the start; tqdm bars."""
 
     def __init__(self, stream=None):
         self.start = time.monotonic()
@@ -67,6 +74,37 @@ class _Progress:
 
     def __call__(self, msg):
         print(f"[{self.elapsed():6.1f}s] {msg}", file=self.stream, flush=True)
+
+    def bar(self, total, desc):
+        """Return a tqdm bar on stderr counting ``total`` threads; shown after BAR_DELAY s."""
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, unit=" threads", unit_scale=True,
+                    file=self.stream, delay=BAR_DELAY, leave=False, mininterval=0.5)
+
+
+def _duration(seconds):
+    """Return ``seconds`` in words: 45 s, 12 min, 3.2 h, 4.1 days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.2g} {unit}" if seconds < 10 * size else \
+                f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def slow_warning(example, seconds_per_thread, threads):
+    """Return a warning when the simulator needs far more than a minute, else None.
+
+    The estimate is ``threads`` times the example's measured
+    ``SIM_SECONDS_PER_THREAD``.
+    """
+    seconds = seconds_per_thread * threads
+    if seconds <= SIM_BUDGET_SECONDS:
+        return None
+    in_budget = max(1, int(SIM_BUDGET_SECONDS / seconds_per_thread))
+    return (f"warning: {threads:,} threads of {example} take about {_duration(seconds)} on "
+            f"the CUDA simulator ({1e3 * seconds_per_thread:.2g} ms per thread, measured), "
+            f"--threads {in_budget:,} about a minute; progress bars follow, Ctrl-C stops it")
 
 
 def _integer(text, low, high, allowed):
@@ -368,6 +406,10 @@ def demo(args):
         if args.json:
             print(json.dumps({"example": args.example, "error": str(e)}))
         return EXIT_NOT_INSTALLED
+    if target == "simulator":
+        warning = slow_warning(args.example, module.SIM_SECONDS_PER_THREAD, args.threads)
+        if warning:
+            progress(warning)
     r = module.run(threads=args.threads, seed=args.seed, progress=progress)
     s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())
     progress(f"done in {s['seconds']:.1f} s")

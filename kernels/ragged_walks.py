@@ -153,9 +153,12 @@ def exact_occupation(sites=SITES, start=START):
     return g
 
 
-#: Seconds per thread on the CUDA simulator (2 shared cores), for the
-#: command's time estimate: filled in below from a measurement.
-SIM_SECONDS_PER_THREAD = None
+#: Seconds per thread on the CUDA simulator, for the demo's time estimate:
+#: ``python -m devalloc demo --example ragged_walks --json --threads N`` took
+#: 5.3 s at N = 256 and 17.1 s at N = 4096 (wall clock, whole command; 2 CPU
+#: cores shared with other jobs, load about 4): (17.1 - 5.3) / 3840.
+#: An estimate good to a factor of about 2.
+SIM_SECONDS_PER_THREAD = 3.1e-3
 
 
 def worst_case_bytes(threads):

@@ -187,3 +187,35 @@ def test_one_thread_has_no_error_bar_rather_than_a_zero_one(example, capsys):
     text = capsys.readouterr().out
     assert "+- n/a" in text
     assert not re.search(r"\+- 0\.0+\b", text), text
+
+
+def test_a_long_simulator_run_is_announced_with_an_estimate_and_shows_bars(monkeypatch, capsys):
+    # As if every thread took the simulator 10 s: 64 threads are 11 minutes,
+    # and 6 threads fit in the minute. The bars appear at once (BAR_DELAY 0).
+    from devalloc.examples import ragged_walks
+
+    monkeypatch.setattr(ragged_walks, "SIM_SECONDS_PER_THREAD", 10.0)
+    monkeypatch.setattr(cli, "BAR_DELAY", 0)
+    assert cli.main(["demo", "--threads", "64", "--seed", "4"]) == 0
+    err = capsys.readouterr().err
+    if "CUDA simulator" not in err:
+        pytest.skip("ran on a GPU: no estimate, no bars")
+    assert ("warning: 64 threads of ragged_walks take about 11 min on the CUDA simulator "
+            "(1e+04 ms per thread, measured), --threads 6 about a minute") in err
+    for bar in ("RNG states", "walk_heap", "gather_heap", "walk_worst_case", "gather_worst_case"):
+        assert f"{bar}: " in err and " threads" in err
+
+
+def test_short_runs_get_no_estimate(capsys):
+    assert cli.main(["demo", "--threads", "8", "--seed", "4"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_every_example_has_a_measured_simulator_rate():
+    from devalloc import _examples
+
+    for name in cli.EXAMPLES:
+        rate = _examples.load(name).SIM_SECONDS_PER_THREAD
+        assert 1e-5 < rate < 10, name
+        # 10,000,000 threads are far more than a minute: the demo warns.
+        assert cli.slow_warning(name, rate, 10_000_000).startswith("warning: 10,000,000 threads")
