@@ -341,21 +341,16 @@ def test_inner_scopes_reuse_the_chunk_without_atomics():
 
 
 def test_step_scratch_example_matches_and_costs_fewer_atomics():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from kernels import step_scratch
+    from devalloc.examples import step_scratch
 
     r = step_scratch.run(threads=24, block=8)
-    assert r["identical"] and r["failed"] == 0
-    scoped, af = r["scoped"], r["alloc_free"]
-    assert scoped["atomics_per_alloc"] < 2.5 < 4 <= af["atomics_per_alloc"]
-    for v in (scoped, af):
-        u = v["usage"]
+    assert r.identical and r.failed == 0
+    assert r.scoped_atomics_per_alloc < 2.5 < 4 <= r.alloc_free_atomics_per_alloc
+    for u, allocs in ((r.usage, 0), (r.alloc_free_usage, 24 * step_scratch.NSTEPS)):
         assert (u.in_use, u.live_blocks, u.scoped_bytes, u.failed) == (0, 0, 0, 0)
-        assert u.allocs == (0 if v is scoped else 24 * step_scratch.NSTEPS)
-        assert v["peak"] > 0
+        assert u.allocs == allocs
+    assert r.heap_peak_bytes == r.usage.peak > 0
+    assert r.alloc_free_peak_bytes == r.alloc_free_usage.peak > 0
 
 
 @cuda.jit
