@@ -9,7 +9,9 @@ saved against worst-case preallocation::
     python -m devalloc demo [--example NAME] [--threads N] [--seed S]
                             [--json] [--plot FILE.png]
 
-Progress goes to stderr, a line per phase; ``--json`` prints one JSON object
+Progress goes to stderr, a line per phase, with tqdm bars for simulator
+launches longer than BAR_DELAY seconds and a warning with an estimate when
+the simulator needs more than a minute; ``--json`` prints one JSON object
 on stdout instead of the report. ``--plot`` needs matplotlib
 (``pip install 'devalloc[plot]'``). Exit status 0 when the heap version and
 its twin agree exactly, 1 when they do not, 2 on a usage error, 3 when the
@@ -102,8 +104,10 @@ def slow_warning(example, seconds_per_thread, threads):
     if seconds <= SIM_BUDGET_SECONDS:
         return None
     in_budget = max(1, int(SIM_BUDGET_SECONDS / seconds_per_thread))
+    each = (f"{seconds_per_thread:.3g} s" if seconds_per_thread >= 1
+            else f"{1e3 * seconds_per_thread:.3g} ms")
     return (f"warning: {threads:,} threads of {example} take about {_duration(seconds)} on "
-            f"the CUDA simulator ({1e3 * seconds_per_thread:.2g} ms per thread, measured), "
+            f"the CUDA simulator ({each} per thread, measured), "
             f"--threads {in_budget:,} about a minute; progress bars follow, Ctrl-C stops it")
 
 

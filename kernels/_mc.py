@@ -5,9 +5,13 @@ own figures, ``SIGNATURES`` (kernel name -> argument types, as words for
 :func:`signatures`), ``worst_case_bytes(threads)``, ``SIM_SECONDS_PER_THREAD``
 and ``run(threads, seed, *, capacity, block, progress, debug)``, which sets
 up a :class:`Runner`, runs the heap version and its worst-case twin on the
-same random numbers and returns its :class:`Result`. Argument parsing and
-the choice of GPU or simulator are the command's: ``python -m devalloc demo``
-(``python kernels/NAME.py`` runs the same command for that example).
+same random numbers and returns its :class:`Result`. In ``run``,
+``capacity`` None is a default of the example's; ``progress`` is told each
+phase (see :class:`Runner`); ``debug`` runs the heap version on a debug
+heap and raises ``HeapCorruption`` if it wrote past a block or freed
+wrongly (``Heap.check``). Argument parsing and the choice of GPU or
+simulator are the command's: ``python -m devalloc demo`` (``python
+kernels/NAME.py`` runs the same command for that example).
 
 ``rng_states(n, seed)`` returns, as a host array, exactly the states that
 ``numba.cuda.random.create_xoroshiro128p_states(n, seed)`` puts on the
@@ -127,7 +131,7 @@ def launch_shape(threads, block):
     return (threads + block - 1) // block, block
 
 
-class whole:
+class Whole:
     """A kernel argument that :meth:`Runner.launch` passes whole, never cut per thread."""
 
     def __init__(self, array):
@@ -186,13 +190,13 @@ class Runner:
         BAR_STEPS launches of whole blocks: every argument whose first
         dimension is the thread count is cut to those threads' rows (a
         view: the kernel indexes it by ``cuda.grid(1)``); the rest, and any
-        wrapped in :class:`whole`, are passed whole.
+        wrapped in :class:`Whole`, are passed whole.
         """
-        plain = [a.array if isinstance(a, whole) else a for a in args]
+        plain = [a.array if isinstance(a, Whole) else a for a in args]
         if self._bar is None:
             kernel[self.grid, self.block](*plain)
             return
-        rows = [not isinstance(a, whole) and getattr(a, "shape", (None,))[:1] == (self.threads,)
+        rows = [not isinstance(a, Whole) and getattr(a, "shape", (None,))[:1] == (self.threads,)
                 for a in args]
         step = self.block * max(1, self.grid // BAR_STEPS)
         with self.bar(self.threads, kernel.__name__) as b:

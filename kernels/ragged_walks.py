@@ -210,10 +210,8 @@ class WalksResult(_mc.Result):
 def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
     """Run both versions and gather; return a :class:`WalksResult`.
 
-    ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``
-    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
-    version on a debug heap and raises ``HeapCorruption`` if it wrote past
-    a block or freed wrongly (``Heap.check``).
+    ``capacity`` None is 1 MiB plus 512 bytes per thread; the other
+    arguments are every example's (see ``_mc``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
 
@@ -230,7 +228,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     lc.say(f"gather: {before_gather.live_blocks} blocks, {total} items")
     compact_d = cuda.to_device(np.full(max(total, 1), -1, np.int32))
     lc.launch(gather_heap, heap.ctx, offsets, counts_d, cuda.to_device(starts),
-              _mc.whole(compact_d))
+              _mc.Whole(compact_d))
     usage = lc.finish(heap, debug)
 
     lc.say(f"worst-case version: {threads} x {MAX_STEPS} items")
@@ -241,7 +239,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     counts_ref = counts_ref_d.copy_to_host()
     ref_d = cuda.to_device(np.full(max(int(counts_ref.sum()), 1), -1, np.int32))
     lc.launch(gather_worst_case, scratch, counts_ref_d, cuda.to_device(_starts(counts_ref)),
-              _mc.whole(ref_d))
+              _mc.Whole(ref_d))
 
     compact = compact_d.copy_to_host()[:total]
     ref = ref_d.copy_to_host()[:int(counts_ref.sum())]

@@ -185,9 +185,8 @@ def _heap_run(lc, kernel, capacity, debug):
 def run(threads=128, seed=1, *, capacity=None, block=32, progress=None, debug=False):
     """Run the three versions; return a :class:`StepResult`.
 
-    ``capacity`` defaults to 1 MiB. ``progress`` is told each phase (see
-    :class:`_mc.Runner`). ``debug`` runs the heap versions on debug heaps
-    and raises ``HeapCorruption`` on misuse (``Heap.check``).
+    ``capacity`` None is 1 MiB (each heap version gets its own heap); the
+    other arguments are every example's (see ``_mc``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
     lc.say(f"scoped version: {threads} paths of {NSTEPS} steps, a scope per step")

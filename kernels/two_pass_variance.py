@@ -126,10 +126,8 @@ class VarianceResult(_mc.Result):
 def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
     """Run both versions; return a :class:`VarianceResult`.
 
-    ``capacity`` defaults to 1 MiB plus 256 bytes per thread. ``progress``
-    is told each phase (see :class:`_mc.Runner`). ``debug`` runs the heap
-    version on a debug heap and raises ``HeapCorruption`` if it wrote past
-    a block or freed wrongly (``Heap.check``).
+    ``capacity`` None is 1 MiB plus 256 bytes per thread; the other
+    arguments are every example's (see ``_mc``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
 

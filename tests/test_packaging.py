@@ -70,10 +70,10 @@ def installed(tmp_path_factory):
           "--no-index", "-q", "-w", dist, source], cwd=tmp, timeout=300)
     (wheel,) = dist.glob("devalloc-*.whl")
     venv = tmp / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp)
+    _run([sys.executable, "-m", "venv", venv], cwd=tmp)
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps",
-          "--no-index", "-q", wheel], cwd=tmp, timeout=300)
+    _run([python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel], cwd=tmp,
+         timeout=300)
     purelib = Path(_run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                         cwd=tmp).stdout.strip())
     ours = Path(sysconfig.get_paths()["purelib"])  # this venv's packages
