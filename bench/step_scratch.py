@@ -1,7 +1,8 @@
 """Per-step scratch: scoped vs alloc/free vs worst case, on the simulator.
 
-Runs ``kernels/step_scratch.py`` (``devalloc.examples.step_scratch``) (three versions of a path simulation whose
-every time step needs a buffer of a run-time size) and writes, per version,
+Runs ``kernels/step_scratch.py``, imported as ``devalloc.examples.step_scratch``
+(three versions of a path simulation whose every time step needs a buffer
+of a run-time size), and writes, per version,
 the answer check, the heap's peak, the worst-case bytes and the atomics per
 allocation counted by ``devalloc.sim.atomics.count_atomics``.
 

@@ -10,14 +10,17 @@ saved against worst-case preallocation::
                             [--json] [--plot FILE.png]
                             [--workers N | --scheduler ADDRESS]
 
-Progress goes to stderr, a line per phase; ``--json`` prints one JSON object
+Progress goes to stderr, a line per phase, with tqdm bars for simulator
+launches longer than BAR_DELAY seconds and a warning with an estimate when
+the simulator needs more than a minute; ``--json`` prints one JSON object
 on stdout instead of the report. ``--plot`` needs matplotlib
 (``pip install 'devalloc[plot]'``). ``--workers N`` runs the threads in
 shards on a local Dask cluster of N worker processes (``--scheduler`` on a
 running cluster; ``pip install 'devalloc[distributed]'``): the same answer
 as one process, and the report adds each worker's heap usage
 (:func:`devalloc.distributed.run_demo`). Exit status 0 when the heap version
-and its twin agree exactly, 1 when they do not, 2 on a usage error.
+and its twin agree exactly, 1 when they do not, 2 on a usage error, 3 when
+the example's module is not installed.
 
 Order matters: :func:`devalloc.target.choose` must run before anything
 imports numba (numba reads ``NUMBA_ENABLE_CUDASIM`` once, at import), so this
@@ -44,15 +47,30 @@ EXAMPLES = {
     "particle_transport": "secondary particles on a per-history stack that grows",
     "barrier_option": "only paths near the barrier keep their points for a second pass",
     "two_pass_variance": "a run-time number of samples, read twice",
+    "step_scratch": "per-time-step buffers: scoped scratch vs alloc/free vs worst case",
 }
+#: Exit statuses of ``demo`` (2 is also argparse's, for a bad option).
+EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOT_INSTALLED = 0, 1, 2, 3
+EXIT_STATUSES = (
+    "exit status: 0 the heap version and its twin agree bit for bit; 1 they differ; "
+    "2 a usage error (a bad option, a --plot file that cannot be written); "
+    "3 the example is not installed (a broken installation)"
+)
 #: The fastest example on the simulator (about 2 s at its defaults).
 DEFAULT_EXAMPLE = "ragged_walks"
 DEFAULT_THREADS = 256
 DEFAULT_SEED = 1
 
 
+#: Seconds a simulator launch runs before its progress bar appears: short
+#: runs show none.
+BAR_DELAY = 2.0
+#: The demo warns when it expects the simulator to need more than this.
+SIM_BUDGET_SECONDS = 60.0
+
+
 class _Progress:
-    """Phase lines on stderr, stamped with the seconds since the start."""
+    """Phase lines on stderr, stamped with the seconds since the start; tqdm bars."""
 
     def __init__(self, stream=None):
         self.start = time.monotonic()
@@ -63,6 +81,39 @@ class _Progress:
 
     def __call__(self, msg):
         print(f"[{self.elapsed():6.1f}s] {msg}", file=self.stream, flush=True)
+
+    def bar(self, total, desc):
+        """Return a tqdm bar on stderr counting ``total`` threads; shown after BAR_DELAY s."""
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=desc, unit=" threads", unit_scale=True,
+                    file=self.stream, delay=BAR_DELAY, leave=False, mininterval=0.5)
+
+
+def _duration(seconds):
+    """Return ``seconds`` in words: 45 s, 12 min, 3.2 h, 4.1 days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.2g} {unit}" if seconds < 10 * size else \
+                f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def slow_warning(example, seconds_per_thread, threads):
+    """Return a warning when the simulator needs far more than a minute, else None.
+
+    The estimate is ``threads`` times the example's measured
+    ``SIM_SECONDS_PER_THREAD``.
+    """
+    seconds = seconds_per_thread * threads
+    if seconds <= SIM_BUDGET_SECONDS:
+        return None
+    in_budget = max(1, int(SIM_BUDGET_SECONDS / seconds_per_thread))
+    each = (f"{seconds_per_thread:.3g} s" if seconds_per_thread >= 1
+            else f"{1e3 * seconds_per_thread:.3g} ms")
+    return (f"warning: {threads:,} threads of {example} take about {_duration(seconds)} on "
+            f"the CUDA simulator ({each} per thread, measured), "
+            f"--threads {in_budget:,} about a minute; progress bars follow, Ctrl-C stops it")
 
 
 def _integer(text, low, high, allowed):
@@ -106,6 +157,7 @@ def build_parser():
             "saved. Examples: "
             + "; ".join(f"{k}: {v}" for k, v in EXAMPLES.items())
         ),
+        epilog=EXIT_STATUSES,
     )
     d.add_argument("--example", choices=sorted(EXAMPLES), default=DEFAULT_EXAMPLE,
                    help=f"which example (default: {DEFAULT_EXAMPLE})")
@@ -180,8 +232,15 @@ def plot_path(text, example):
     return path
 
 
+class ExampleNotInstalled(Exception):
+    """The module of a known example cannot be found (a broken installation)."""
+
+
 def import_example(name):
-    """Import example ``name`` (``devalloc.examples.<name>``); call after choose()."""
+    """Import example ``name`` (``devalloc.examples.<name>``); call after choose().
+
+    Raises :class:`ExampleNotInstalled` when its module is missing.
+    """
     from . import _examples
 
     try:
@@ -189,17 +248,10 @@ def import_example(name):
     except ModuleNotFoundError as e:
         if e.name not in (_examples.NAME, f"{_examples.NAME}.{name}"):
             raise
-        raise SystemExit(
-            f"devalloc demo: the example {name} is not installed with this devalloc "
-            f"({e}); reinstall devalloc (pip install devalloc, or pip install -e . "
-            "in a clone)"
+        raise ExampleNotInstalled(
+            f"the example {name} is not installed with this devalloc ({e}); "
+            "reinstall devalloc (pip install devalloc, or pip install -e . in a clone)"
         ) from e
-
-
-def run_example(name, threads, seed, progress):
-    """Run example ``name``; return its result (a ``devalloc.examples._mc.Result``)."""
-    module = import_example(name)
-    return module.run(threads=threads, seed=seed, progress=progress)
 
 
 def example_script(path):
@@ -367,17 +419,28 @@ def demo(args):
                 problem = str(e)
         if problem:
             print(f"devalloc demo: {problem}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     sharded = args.workers is not None or args.scheduler is not None
     problem = _require_distributed() if sharded else None
     if problem:
         print(f"devalloc demo: {problem}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     progress = _Progress()
     from . import target as _target  # imports no numba
 
     target = _target.choose()  # before numba is imported, by kernels below
     progress(f"{args.example} on {_where(target)}")
+    try:
+        module = import_example(args.example)
+    except ExampleNotInstalled as e:
+        print(f"devalloc demo: {e}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"example": args.example, "error": str(e)}))
+        return EXIT_NOT_INSTALLED
+    if target == "simulator":
+        warning = slow_warning(args.example, module.SIM_SECONDS_PER_THREAD, args.threads)
+        if warning:
+            progress(warning)
     run = None
     if sharded:
         from .distributed import run_demo
@@ -386,7 +449,7 @@ def demo(args):
                           scheduler=args.scheduler, progress=progress)
         target = run.target()
     else:
-        r = run_example(args.example, args.threads, args.seed, progress)
+        r = module.run(threads=args.threads, seed=args.seed, progress=progress)
     s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())
     if run is not None:
         s["distributed"] = run.to_dict()
@@ -398,7 +461,7 @@ def demo(args):
         print(json.dumps(s))
     else:
         print("\n".join([format_text(s, r), *([""] + run.report() if run else [])]))
-    return 0 if s["identical"] else 1
+    return EXIT_IDENTICAL if s["identical"] else EXIT_DIFFERENT
 
 
 def main(argv=None):
@@ -406,7 +469,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command != "demo":
         parser.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
     return demo(args)
 
 

@@ -6,7 +6,10 @@ kernels with :func:`devalloc.aot.compile_ptx`, assembles them with ``ptxas
 bytes, SASS instructions and atomic instructions per kernel, with the
 difference to the empty kernel. The test suite and ``bench/`` both use it.
 
-Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset).
+Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset), and
+needs NVVM, ``ptxas`` and ``nvdisasm``: the test extra
+(``pip install 'devalloc[test]'``). Without them it says which one is
+missing, in one line, and exits 3.
 """
 
 import argparse
@@ -222,13 +225,48 @@ def _merge_mask_zero_extended():
     return "u" in widened and "s" not in widened
 
 
+#: What installs NVVM, ptxas and nvdisasm.
+EXTRA = "pip install 'devalloc[test]'"
+#: Exit status when the real CUDA target or a tool is missing.
+EXIT_MISSING = 3
+
+
+def missing():
+    """Return one line naming the first thing the probes lack and how to get it, or None."""
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        return ("the probes compile for the real CUDA target: unset NUMBA_ENABLE_CUDASIM "
+                "(no GPU is needed)")
+    from numba.cuda.cudadrv import nvvm
+
+    try:
+        found, why = nvvm.is_available(), "not available"
+    except Exception as e:  # cuda.pathfinder's DynamicLibNotFoundError, say
+        found, why = False, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if not found:
+        return f"NVVM (libnvvm, numba-cuda's cu13 extra) not found ({why}): {EXTRA}"
+    for tool in ("ptxas", "nvdisasm"):
+        try:
+            aot.tool_path(tool)
+        except FileNotFoundError as e:
+            return str(e)
+    return None
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m devalloc.probes", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m devalloc.probes", description=__doc__.split("\n")[0],
+                                epilog=f"Needs the test extra ({EXTRA}); exit status "
+                                       f"{EXIT_MISSING} when a tool is missing.")
     p.add_argument("--cc", nargs="+", default=["75", "90"], help="compute capabilities, e.g. 75 80 90")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--traps", action="store_true", help="also report the compile traps")
     a = p.parse_args(argv)
     ccs = [(int(c[:-1]), int(c[-1])) for c in a.cc]
+    problem = missing()
+    if problem:
+        print(f"python -m devalloc.probes: {problem}", file=sys.stderr)
+        return EXIT_MISSING
     rows = measure(ccs)
     result = {"probes": rows}
     if a.traps:

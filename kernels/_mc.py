@@ -12,7 +12,10 @@ and three functions:
 * ``result(shard)`` computes the :class:`Result` from a shard (the answer,
   its error, the example's figures) on the host;
 * ``run(threads, seed, *, capacity, block, progress, debug)`` is
-  ``result(simulate(Runner(...), heap))`` in one process.
+  ``result(simulate(Runner(...), heap))`` in one process: ``capacity``
+  None is a default of the example's; ``progress`` is told each phase (see
+  :class:`Runner`); ``debug`` runs the heap version on a debug heap and
+  raises ``HeapCorruption`` if it wrote past a block or freed wrongly.
 
 The split is what lets ``python -m devalloc demo --workers N``
 (:mod:`devalloc.distributed`) run the threads as shards on several workers:
@@ -146,7 +149,7 @@ def launch_shape(threads, block):
     return (threads + block - 1) // block, block
 
 
-class whole:
+class Whole:
     """A kernel argument that :meth:`Runner.launch` passes whole, never cut per thread."""
 
     def __init__(self, array):
@@ -208,13 +211,13 @@ class Runner:
         BAR_STEPS launches of whole blocks: every argument whose first
         dimension is the thread count is cut to those threads' rows (a
         view: the kernel indexes it by ``cuda.grid(1)``); the rest, and any
-        wrapped in :class:`whole`, are passed whole.
+        wrapped in :class:`Whole`, are passed whole.
         """
-        plain = [a.array if isinstance(a, whole) else a for a in args]
+        plain = [a.array if isinstance(a, Whole) else a for a in args]
         if self._bar is None:
             kernel[self.grid, self.block](*plain)
             return
-        rows = [not isinstance(a, whole) and getattr(a, "shape", (None,))[:1] == (self.threads,)
+        rows = [not isinstance(a, Whole) and getattr(a, "shape", (None,))[:1] == (self.threads,)
                 for a in args]
         step = self.block * max(1, self.grid // BAR_STEPS)
         with self.bar(self.threads, kernel.__name__) as b:

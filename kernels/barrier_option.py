@@ -276,9 +276,12 @@ def exact_price(spot=SPOT, strike=STRIKE, barrier=BARRIER, rate=RATE, sigma=SIGM
     return call - up_in
 
 
-#: Seconds per thread on the CUDA simulator (2 shared cores), for the
-#: command's time estimate: filled in below from a measurement.
-SIM_SECONDS_PER_THREAD = None
+#: Seconds per thread on the CUDA simulator, for the demo's time estimate:
+#: ``python -m devalloc demo --example barrier_option --json --threads N`` took
+#: 12.0 s at N = 256 and 83.5 s at N = 4096 (wall clock, whole command; 2 CPU
+#: cores shared with other jobs, load 9 to 10): (83.5 - 12.0) / 3840.
+#: An estimate good to a factor of about 2.
+SIM_SECONDS_PER_THREAD = 1.9e-2
 
 
 def worst_case_bytes(threads):

@@ -153,9 +153,12 @@ def exact_occupation(sites=SITES, start=START):
     return g
 
 
-#: Seconds per thread on the CUDA simulator (2 shared cores), for the
-#: command's time estimate: filled in below from a measurement.
-SIM_SECONDS_PER_THREAD = None
+#: Seconds per thread on the CUDA simulator, for the demo's time estimate:
+#: ``python -m devalloc demo --example ragged_walks --json --threads N`` took
+#: 5.3 s at N = 256 and 17.1 s at N = 4096 (wall clock, whole command; 2 CPU
+#: cores shared with other jobs, load about 4): (17.1 - 5.3) / 3840.
+#: An estimate good to a factor of about 2.
+SIM_SECONDS_PER_THREAD = 3.1e-3
 
 
 def worst_case_bytes(threads):
@@ -223,7 +226,7 @@ def simulate(lc, heap):
     lc.say(f"gather: {before_gather.live_blocks} blocks, {total} items")
     compact_d = cuda.to_device(np.full(max(total, 1), -1, np.int32))
     lc.launch(gather_heap, heap.ctx, offsets, counts_d, cuda.to_device(starts),
-              _mc.whole(compact_d))
+              _mc.Whole(compact_d))
     usage = lc.finish(heap, heap.debug)
 
     lc.say(f"worst-case version: {threads} x {MAX_STEPS} items")
@@ -234,7 +237,7 @@ def simulate(lc, heap):
     counts_ref = counts_ref_d.copy_to_host()
     ref_d = cuda.to_device(np.full(max(int(counts_ref.sum()), 1), -1, np.int32))
     lc.launch(gather_worst_case, scratch, counts_ref_d, cuda.to_device(_starts(counts_ref)),
-              _mc.whole(ref_d))
+              _mc.Whole(ref_d))
 
     compact = compact_d.copy_to_host()[:total]
     ref = ref_d.copy_to_host()[:int(counts_ref.sum())]

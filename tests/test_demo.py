@@ -9,8 +9,10 @@ suite selected.
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +23,7 @@ KEYS = {"example", "target", "threads", "seed", "answer_name", "answer", "stderr
         "saved_bytes", "saved_fraction", "usage", "snapshot", "details", "seconds"}
 USAGE_KEYS = {"capacity", "in_use", "reserved", "peak", "allocs", "frees", "failed",
               "invalid_frees", "live_blocks", "classes", "bump_allocs", "bump_bytes",
-              "scoped_bytes", "scope_misuse", "large_blocks", "scoped_chunks"}
+              "scoped_bytes", "scope_misuse", "large_blocks", "scoped_chunks", "profile"}
 
 
 def run_cli(args, cwd, extra_env=None, timeout=300):
@@ -150,3 +152,70 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_the_simulation(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("devalloc demo: --plot ")
     assert says.format(tmp=tmp_path) in err
+
+
+def test_the_demo_offers_every_example_module():
+    # The README's example table lists them all; the demo must run them all.
+    from devalloc import _examples
+
+    folder = Path(_examples.package().__path__[0])
+    modules = {p.stem for p in folder.glob("*.py") if not p.name.startswith("_")}
+    assert set(cli.EXAMPLES) == modules
+
+
+def test_a_missing_example_module_has_its_own_exit_status(monkeypatch, capsys):
+    # 1 means "the heap version and its twin differ"; a missing module is 3.
+    monkeypatch.setitem(cli.EXAMPLES, "ghost", "an example that is not installed")
+    assert cli.main(["demo", "--example", "ghost"]) == cli.EXIT_NOT_INSTALLED == 3
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.splitlines()[-1].startswith(
+        "devalloc demo: the example ghost is not installed with this devalloc")
+    assert cli.main(["demo", "--example", "ghost", "--json"]) == 3
+    s = json.loads(capsys.readouterr().out)
+    assert s["example"] == "ghost" and "not installed" in s["error"]
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "1 they differ;" in help_text and "3 the example is not installed" in help_text
+
+
+@pytest.mark.parametrize("example", sorted(cli.EXAMPLES))
+def test_one_thread_has_no_error_bar_rather_than_a_zero_one(example, capsys):
+    # A standard error is undefined for one sample: "n/a", never "+- 0.000".
+    assert cli.main(["demo", "--example", example, "--threads", "1", "--seed", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "+- n/a" in text
+    assert not re.search(r"\+- 0\.0+\b", text), text
+
+
+def test_a_long_simulator_run_is_announced_with_an_estimate_and_shows_bars(monkeypatch, capsys):
+    # As if every thread took the simulator 10 s: 64 threads are 11 minutes,
+    # and 6 threads fit in the minute. The bars appear at once (BAR_DELAY 0).
+    from devalloc.examples import ragged_walks
+
+    monkeypatch.setattr(ragged_walks, "SIM_SECONDS_PER_THREAD", 10.0)
+    monkeypatch.setattr(cli, "BAR_DELAY", 0)
+    assert cli.main(["demo", "--threads", "64", "--seed", "4"]) == 0
+    err = capsys.readouterr().err
+    if "CUDA simulator" not in err:
+        pytest.skip("ran on a GPU: no estimate, no bars")
+    assert ("warning: 64 threads of ragged_walks take about 11 min on the CUDA simulator "
+            "(10 s per thread, measured), --threads 6 about a minute") in err
+    for bar in ("RNG states", "walk_heap", "gather_heap", "walk_worst_case", "gather_worst_case"):
+        assert f"{bar}: " in err and " threads" in err
+
+
+def test_short_runs_get_no_estimate(capsys):
+    assert cli.main(["demo", "--threads", "8", "--seed", "4"]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_every_example_has_a_measured_simulator_rate():
+    from devalloc import _examples
+
+    for name in cli.EXAMPLES:
+        rate = _examples.load(name).SIM_SECONDS_PER_THREAD
+        assert 1e-5 < rate < 10, name
+        # 10,000,000 threads are far more than a minute: the demo warns.
+        assert cli.slow_warning(name, rate, 10_000_000).startswith("warning: 10,000,000 threads")

@@ -6,9 +6,11 @@ The compile check runs in a subprocess with the real CUDA target, like
 tests/test_compile.py, and adds its figures to the terminal summary.
 """
 
+import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -194,3 +196,36 @@ def test_rng_states_match_on_the_gpu_path(compiled):
     # A shard's states (from a start, for demo --workers): the whole run's tail.
     assert compiled["tail"] == compiled["states"][-8:]
     assert compiled["tail"] == _mc.rng_states(4, 7, start=60).view(np.uint64).tolist()
+
+
+class _Bars:
+    """Progress with bars (into a string): Runner.launch then cuts simulator launches."""
+
+    def __init__(self):
+        self.phases, self.bars, self.file = [], [], io.StringIO()
+
+    def __call__(self, msg):
+        self.phases.append(msg)
+
+    def bar(self, total, desc):
+        from tqdm import tqdm
+
+        self.bars.append((desc, total))
+        return tqdm(total=total, desc=desc, file=self.file, mininterval=0)
+
+
+def test_launches_cut_for_a_progress_bar_give_the_very_same_walks():
+    # 8 blocks of 8 threads: every launch is cut into 8 launches of 8 rows.
+    plain = rw.run(threads=THREADS, seed=5, block=8)
+    bars = _Bars()
+    cut = rw.run(threads=THREADS, seed=5, block=8, progress=bars)
+    assert plain.identical and cut.identical
+    assert np.array_equal(plain.counts, cut.counts) and np.array_equal(plain.compact, cut.compact)
+    assert plain.answer == cut.answer and plain.histogram == cut.histogram
+    assert bars.bars == [("RNG states", THREADS), ("walk_heap", THREADS), ("gather_heap", THREADS),
+                         ("walk_worst_case", THREADS), ("gather_worst_case", THREADS)]
+    shown = bars.file.getvalue()
+    for kernel in ("walk_heap", "gather_heap", "walk_worst_case", "gather_worst_case"):
+        for done in range(8, THREADS + 1, 8):  # a block at a time
+            assert re.search(rf"\r{kernel}: [^\r]*\| {done}/{THREADS} ", shown), (kernel, done)
+    assert len(bars.phases) == 3
