@@ -122,13 +122,14 @@ def test_the_cuda_12_toolchain_is_the_one_used(cu12_result):
 
 def test_every_probe_kernel_compiles_without_spills_for_sm75_and_sm90(cu12_result):
     rows = cu12_result["probes"]
-    assert {(r["kernel"], r["arch"]) for r in rows} == {
-        (k, a) for k in ("empty", "atomic_floor", *ALLOCATOR_KERNELS)
-        for a in ("sm_75", "sm_90")}
+    got = {(r["kernel"], r["arch"]) for r in rows}
+    kernels = {k for k, _ in got}
+    assert kernels >= {"empty", "atomic_floor", *ALLOCATOR_KERNELS}
+    assert got == {(k, a) for k in kernels for a in ("sm_75", "sm_90")}
     for r in rows:
         assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, r
         assert r["registers"] > 0, r
-        if r["kernel"] in ALLOCATOR_KERNELS:
+        if r["kernel"] not in ("empty", "atomic_floor"):
             assert r["sass_atomics"] >= 2, r  # the allocator really is in there
 
 

@@ -187,7 +187,8 @@ class PageModel:
         # Figures newer than this model: zero for a history of alloc and free.
         for f in dataclasses.fields(Usage):
             if f.name not in want:
-                want[f.name] = self.large_blocks() if f.name == "large_blocks" else 0
+                want[f.name] = (self.large_blocks() if f.name == "large_blocks"
+                                else None if f.name == "profile" else 0)
         return want
 
 
