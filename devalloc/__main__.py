@@ -171,6 +171,9 @@ def build_parser():
                    help="also draw size-class occupancy and footprints to FILE.png (any "
                         "extension matplotlib writes; a folder gets EXAMPLE.png; needs "
                         "matplotlib)")
+    d.add_argument("--profile", action="store_true",
+                   help="give the heap profile counters and print them with the usage "
+                        "(not with --workers or --scheduler)")
     where = d.add_mutually_exclusive_group()
     where.add_argument("--workers", type=_positive_int, metavar="N",
                        help="split the threads into shards on a local Dask cluster of N "
@@ -178,7 +181,53 @@ def build_parser():
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="the same on the running Dask cluster at ADDRESS "
                             "(tcp://host:8786), one shard per worker")
+    r = sub.add_parser(
+        "replay",
+        help="replay an allocation trace on a fresh heap and print its usage",
+        description=(
+            "Replay a trace written by devalloc.observed.write_csv (Heap(trace=N), "
+            "heap.trace()) on a fresh heap of CAPACITY bytes, one event at a time in "
+            "sequence order, on the GPU if one is usable, else on the CUDA simulator; "
+            "print the usage report. For sizing a heap: replay with smaller capacities "
+            "until allocations fail."
+        ),
+        epilog="exit status: 0 done, 2 a usage error (no such file, not a trace, a bad capacity)",
+    )
+    r.add_argument("file", metavar="FILE.csv", help="the trace, in RMM's replay-log columns")
+    r.add_argument("--capacity", type=_positive_int, required=True,
+                   help="bytes of the heap to replay on (metadata included)")
+    r.add_argument("--debug", action="store_true",
+                   help="replay on a debug heap (reports misuse beyond the trace's own)")
+    r.add_argument("--json", action="store_true",
+                   help="print the usage as one JSON object instead of the report")
     return p
+
+
+def replay(args):
+    """Run ``python -m devalloc replay``; return the exit status."""
+    from . import observed
+    from . import target as _target  # imports no numba
+
+    try:
+        events = observed.read_csv(args.file)
+    except (OSError, ValueError) as e:
+        print(f"devalloc replay: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    _target.choose()
+    from .replayer import replay as run_replay
+
+    try:
+        u = run_replay(events, args.capacity, debug=args.debug)
+    except (TypeError, ValueError) as e:
+        print(f"devalloc replay: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(json.dumps({"file": str(args.file), "events": len(events), "usage": u.to_dict()}))
+    else:
+        from .report import format_usage
+
+        print(format_usage(u, f"heap usage after replaying {len(events)} events of {args.file}"))
+    return 0
 
 
 def _require_distributed():
@@ -422,6 +471,8 @@ def demo(args):
             return EXIT_USAGE
     sharded = args.workers is not None or args.scheduler is not None
     problem = _require_distributed() if sharded else None
+    if sharded and args.profile:
+        problem = "--profile works on one process only, not with --workers or --scheduler"
     if problem:
         print(f"devalloc demo: {problem}", file=sys.stderr)
         return EXIT_USAGE
@@ -449,7 +500,8 @@ def demo(args):
                           scheduler=args.scheduler, progress=progress)
         target = run.target()
     else:
-        r = module.run(threads=args.threads, seed=args.seed, progress=progress)
+        r = module.run(threads=args.threads, seed=args.seed, progress=progress,
+                       profile=args.profile)
     s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())
     if run is not None:
         s["distributed"] = run.to_dict()
@@ -467,6 +519,8 @@ def demo(args):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "replay":
+        return replay(args)
     if args.command != "demo":
         parser.print_help(sys.stderr)
         return EXIT_USAGE

@@ -11,11 +11,12 @@ and three functions:
   :class:`Shard`;
 * ``result(shard)`` computes the :class:`Result` from a shard (the answer,
   its error, the example's figures) on the host;
-* ``run(threads, seed, *, capacity, block, progress, debug)`` is
+* ``run(threads, seed, *, capacity, block, progress, debug, profile)`` is
   ``result(simulate(Runner(...), heap))`` in one process: ``capacity``
   None is a default of the example's; ``progress`` is told each phase (see
   :class:`Runner`); ``debug`` runs the heap version on a debug heap and
-  raises ``HeapCorruption`` if it wrote past a block or freed wrongly.
+  raises ``HeapCorruption`` if it wrote past a block or freed wrongly;
+  ``profile`` gives the heap profile counters (``usage().profile``).
 
 The split is what lets ``python -m devalloc demo --workers N``
 (:mod:`devalloc.distributed`) run the threads as shards on several workers:
@@ -190,12 +191,13 @@ class Runner:
         """Return a fresh device copy of the RNG states (one per version)."""
         return cuda.to_device(self.seeds)
 
-    def heap(self, capacity, debug=False, per_thread=256):
-        """Return a new heap (a debug heap if ``debug``).
+    def heap(self, capacity, debug=False, per_thread=256, profile=False):
+        """Return a new heap (a debug heap if ``debug``, with profile counters if ``profile``).
 
         ``capacity`` None means 1 MiB plus ``per_thread`` bytes per thread.
         """
-        return devalloc.Heap(capacity or (1 << 20) + per_thread * self.threads, debug=debug)
+        return devalloc.Heap(capacity or (1 << 20) + per_thread * self.threads, debug=debug,
+                             profile=profile)
 
     def finish(self, heap, debug=False):
         """Return ``heap.usage()``; on a debug heap also ``check()`` it (raises on misuse)."""

@@ -299,14 +299,15 @@ def result(shard):
     )
 
 
-def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
+def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False,
+        profile=False):
     """Run both versions; return a :class:`TransportResult`.
 
     ``capacity`` None is 1 MiB plus 256 bytes per thread; the other
     arguments are every example's (see ``_mc``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=256)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=256, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

@@ -282,7 +282,8 @@ def result(shard):
     )
 
 
-def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False):
+def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=False,
+        profile=False):
     """Run both versions and gather; return a :class:`WalksResult`.
 
     ``capacity`` defaults to 1 MiB plus 512 bytes per thread. ``progress``
@@ -291,7 +292,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     a block or freed wrongly (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=512)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=512, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

@@ -231,7 +231,8 @@ def result(shard):
     )
 
 
-def run(threads=128, seed=1, *, capacity=None, block=32, progress=None, debug=False):
+def run(threads=128, seed=1, *, capacity=None, block=32, progress=None, debug=False,
+        profile=False):
     """Run the three versions; return a :class:`StepResult`.
 
     ``capacity`` defaults to 1 MiB. ``progress`` is told each phase (see
@@ -239,7 +240,7 @@ def run(threads=128, seed=1, *, capacity=None, block=32, progress=None, debug=Fa
     and raises ``HeapCorruption`` on misuse (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=0)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=0, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

@@ -206,3 +206,52 @@ def test_resize_keeps_the_heap_observed():
     heap.resize(2 << 20)
     run_mixed(heap)
     assert heap.usage().profile["failed_too_big"] == 1 and len(heap.trace()) == 8
+
+
+# ---------------------------------------------------------------- the CLI
+
+def _cli(args, cwd):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    return subprocess.run([sys.executable, "-m", "devalloc", *args], cwd=cwd,
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_demo_profile_prints_and_reports_the_counters(tmp_path):
+    import json
+
+    proc = _cli(["demo", "--profile", "--json", "--threads", "32"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    prof = json.loads(proc.stdout)["usage"]["profile"]
+    assert set(prof) == set(L.PROF_NAMES)
+    proc = _cli(["demo", "--profile", "--threads", "32"], tmp_path)
+    assert proc.returncode == 0 and "failed no page" in proc.stdout
+    proc = _cli(["demo", "--profile", "--workers", "2"], tmp_path)
+    assert proc.returncode == 2 and "--profile works on one process" in proc.stderr
+
+
+def test_replay_command(tmp_path):
+    import json
+
+    heap = devalloc.Heap(1 << 20, trace=100)
+    run_mixed(heap)
+    u = heap.usage()
+    path = observed.write_csv(heap.trace(), tmp_path / "t.csv")
+    proc = _cli(["replay", str(path), "--capacity", str(1 << 20), "--json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    assert got["events"] == len(heap.trace())
+    assert (got["usage"]["allocs"], got["usage"]["frees"], got["usage"]["failed"]) == (
+        u.allocs, u.frees, u.failed)
+    proc = _cli(["replay", str(path), "--capacity", str(1 << 20)], tmp_path)
+    assert proc.returncode == 0 and "heap usage after replaying" in proc.stdout
+    for args, msg in ((["replay", str(tmp_path / "none.csv"), "--capacity", "1048576"],
+                       "No such file"),
+                      (["replay", str(path), "--capacity", "1000"], "at least")):
+        proc = _cli(args, tmp_path)
+        assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr
