@@ -32,8 +32,19 @@ def k_atomic_floor(ctx, n, out):
 
 
 def k_alloc(ctx, n, out):
-    """One ``alloc`` per thread, offset stored."""
+    """One ``alloc`` per thread of a size passed as a kernel argument, offset stored."""
     out[cuda.grid(1)] = devalloc.alloc(ctx, n)
+
+
+def k_alloc_const(ctx, n, out):
+    """One ``alloc`` per thread of a compile-time constant size (64 B)."""
+    out[cuda.grid(1)] = devalloc.alloc(ctx, 64)
+
+
+def k_alloc_per_thread(ctx, n, out):
+    """One ``alloc`` per thread of a size that differs per thread (read from ``out``)."""
+    i = cuda.grid(1)
+    out[i] = devalloc.alloc(ctx, out[i])
 
 
 def k_alloc_view_free(ctx, n, out):
@@ -42,6 +53,19 @@ def k_alloc_view_free(ctx, n, out):
     off = devalloc.alloc(ctx, n)
     if off != devalloc.NULL:
         a = devalloc.view(ctx, off, n // 4, np.float32)
+        for j in range(a.shape[0]):
+            a[j] = j
+        out[i] = a[0]
+        devalloc.free(ctx, off)
+
+
+def k_alloc_view_free_per_thread(ctx, n, out):
+    """``alloc``/``view``/``free`` of a size that differs per thread."""
+    i = cuda.grid(1)
+    m = out[i]
+    off = devalloc.alloc(ctx, m)
+    if off != devalloc.NULL:
+        a = devalloc.view(ctx, off, m // 4, np.float32)
         for j in range(a.shape[0]):
             a[j] = j
         out[i] = a[0]
@@ -93,9 +117,13 @@ def k_scoped(ctx, n, out):
 PROBES = {
     "empty": k_empty,
     "atomic_floor": k_atomic_floor,
+    # The three ways of passing a size: a kernel argument, a constant, per thread.
     "alloc": k_alloc,
+    "alloc_const": k_alloc_const,
+    "alloc_per_thread": k_alloc_per_thread,
     "free": k_free,
     "alloc_view_free": k_alloc_view_free,
+    "alloc_view_free_per_thread": k_alloc_view_free_per_thread,
     "conditional": k_conditional,
     "bump": k_bump,
     "scoped": k_scoped,

@@ -41,7 +41,8 @@ def rows(result, kernel):
 
 
 @pytest.mark.parametrize("kernel", [
-    "alloc", "free", "alloc_view_free", "conditional", "bump", "scoped", "debug_alloc_view_free",
+    "alloc", "alloc_const", "alloc_per_thread", "free", "alloc_view_free",
+    "alloc_view_free_per_thread", "conditional", "bump", "scoped", "debug_alloc_view_free",
     "debug_scoped"])
 def test_public_device_api_compiles_without_spills(probe_result, kernel):
     for r in rows(probe_result, kernel):
@@ -105,6 +106,18 @@ def test_register_ceiling_sm90(probe_result):
     by = {r["kernel"]: r for r in probe_result["probes"] if r["arch"] == "sm_90"}
     assert by["alloc"]["registers"] <= 44
     assert by["alloc_view_free"]["registers"] <= 52
+
+
+def test_registers_for_every_way_of_passing_a_size_sm90(probe_result):
+    # Issue 13: a constant size made NVVM unroll _pick's word loop and keep
+    # its addresses live (88 registers) until the trip count went through
+    # _meta._opaque. Per-thread sizes cannot live in uniform registers, so
+    # they cost more than a kernel argument.
+    by = {r["kernel"]: r for r in probe_result["probes"] if r["arch"] == "sm_90"}
+    assert by["alloc"]["registers"] <= 40, by["alloc"]
+    assert by["alloc_const"]["registers"] <= 40, by["alloc_const"]
+    assert by["alloc_per_thread"]["registers"] <= 46, by["alloc_per_thread"]
+    assert by["alloc_view_free_per_thread"]["registers"] <= 53, by["alloc_view_free_per_thread"]
 
 
 def test_trap_device_function_needs_a_device_without_the_stand_in(probe_result):

@@ -15,7 +15,8 @@ from numba import cuda, int64, uint32
 
 from .. import layout as L
 from . import warp
-from ._meta import RETRIES, _at, _fold, _note_fold, _pages_changed, _popc32, _warp_number
+from ._meta import (RETRIES, _at, _fold, _note_fold, _opaque, _pages_changed, _popc32,
+                    _warp_number)
 
 #: Passes of the small-block scan, repeated only while races were lost.
 SMALL_PASSES = 4
@@ -45,7 +46,9 @@ def _pick(meta, npages, p, cap, want):
     Plain loads only, from a word the warp number picks on; (0, 0) if none
     is seen.
     """
-    nw = (cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT
+    # Hidden from the optimiser: a constant size would make the trip count
+    # constant, and the unrolled loop's addresses would stay live (_opaque).
+    nw = _opaque((cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT)
     w = _scatter(_warp_number(), nw)
     for _ in range(nw):
         free = meta[_at(L.bitmap_word(npages, p, w))]  # guess
