@@ -19,6 +19,7 @@ from numba import cuda, types
 
 import devalloc
 from devalloc import aot
+from devalloc.device import warp
 
 
 def k_empty(ctx, n, out):
@@ -149,7 +150,7 @@ def measure(ccs=((7, 5), (9, 0)), probes=None):
             row = {"kernel": name, "arch": r.arch, "registers": r.registers,
                    "spill_bytes": r.spill_bytes, "stack_bytes": r.stack_bytes,
                    "sass_instructions": r.sass_instructions,
-                   "sass_atomics": r.sass_atomics}
+                   "sass_atomics": r.sass_atomics, "sass_membar_sc": r.sass_membar_sc}
             if name == "empty":
                 base = r
             if base is not None:
@@ -169,7 +170,14 @@ def check_traps():
     * ``merge_mask_zero_extended``: ``match_any_sync``'s mask is an int32;
       ``warp.merge_bits`` must widen it without sign extension (a group with
       lane 31 would otherwise shuffle from lanes outside the group). True
-      when the PTX zero-extends the match result and never sign-extends it.
+      when the sm_75 PTX (the shuffle loop) zero-extends the match result
+      and never sign-extends it.
+    * ``merge_bits_redux``: per architecture ("75", "90"), whether
+      ``merge_bits`` compiled to ``redux.sync.or`` (sm_80 and later) rather
+      than the shuffle loop.
+    * ``bump_ordering``: in the sm_90 PTX of the bump probe, the
+      ``bar.warp.sync`` after the leader's claim, the acquire ``cas`` of
+      the claim and the release ``cas`` that installs a chunk.
     """
     out = {}
 
@@ -198,20 +206,31 @@ def check_traps():
         out["return_created_array_rejected"] = False
     except Exception as e:
         out["return_created_array_rejected"] = "Only accept returning of array" in str(e)
-    out["merge_mask_zero_extended"] = _merge_mask_zero_extended()
+    out["merge_mask_zero_extended"] = _merge_mask_zero_extended(_merge_ptx((7, 5)))
+    out["merge_bits_redux"] = {f"{cc[0]}{cc[1]}": "redux.sync.or.b32" in _merge_ptx(cc)
+                               for cc in ((7, 5), (9, 0))}
+    bump_ptx, _ = aot.compile_ptx(k_bump, SIG, cc=(9, 0))
+    out["bump_ordering"] = {
+        "bar_warp_sync": bump_ptx.count("bar.warp.sync"),
+        "acquire_cas": bump_ptx.count("atom.acquire.gpu.global.cas"),
+        "release_cas": bump_ptx.count("atom.release.gpu.global.cas"),
+    }
     return out
 
 
-def _merge_mask_zero_extended():
-    from .device import warp
+def k_merge(ctx, n, out):
+    """``warp.merge_bits`` alone, in a group keyed by ``out[i]``."""
+    i = cuda.grid(1)
+    mask, leader, rank, lanes = warp.group(out[i])
+    acc, dup = warp.merge_bits(mask, n)
+    out[i] = acc + dup
 
-    def k_merge(ctx, n, out):
-        i = cuda.grid(1)
-        mask, leader, rank, lanes = warp.group(out[i])
-        acc, dup = warp.merge_bits(mask, n)
-        out[i] = acc + dup
 
-    ptx, _ = aot.compile_ptx(k_merge, SIG, cc=(9, 0))
+def _merge_ptx(cc):
+    return aot.compile_ptx(k_merge, SIG, cc=cc)[0]
+
+
+def _merge_mask_zero_extended(ptx):
     m = re.search(r"match\.any\.sync\.b64\s+(%r\d+),", ptx)
     if m is None:
         return False
@@ -235,7 +254,8 @@ def main(argv=None):
         json.dump(result, sys.stdout)
         print()
         return 0
-    cols = ["kernel", "arch", "registers", "spill_bytes", "sass_instructions", "sass_atomics", "extra_instructions"]
+    cols = ["kernel", "arch", "registers", "spill_bytes", "sass_instructions", "sass_atomics",
+            "sass_membar_sc", "extra_instructions"]
     print("  ".join(f"{c:>17}" for c in cols))
     for r in rows:
         print("  ".join(f"{r.get(c, ''):>17}" for c in cols))

@@ -5,17 +5,22 @@ every device function (docs/correctness.md gives the arguments):
 
 * every metadata index goes through :func:`_at`;
 * every shared word is changed by an atomic, with a comment naming the word,
-  the operation and who races with it; plain loads only produce guesses
-  that a later atomic validates;
+  the operation and who races with it; loads (``_load``, relaxed) only
+  produce guesses that a later atomic validates;
+* ordering comes from the atomics themselves, never from
+  ``cuda.threadfence()`` (an SC fence): the atomic that hands a block or a
+  page over is ``_acquire_*`` on the taking side and ``_release_*`` on the
+  giving side (or follows ``_fence_acq_rel``); counters, hints and guesses
+  stay relaxed (``cuda.atomic.*``, ``_load``). These names are inline PTX
+  on a GPU (:mod:`devalloc.device.ptx`) and numba's atomics on the
+  simulator (:mod:`devalloc.sim.ordered`);
 * ``cuda`` and ``warp`` are used as module globals (``from numba import
   cuda``, ``from . import warp``): the interleaving explorer swaps exactly
-  those names (tests/test_explorer.py rejects other import forms).
+  those names (tests/test_explorer.py rejects other import forms) and the
+  ordered atomics above.
 """
 
-from llvmlite import ir
-from numba import config, cuda, int64, types, uint32
-from numba.core.errors import TypingError
-from numba.cuda.extending import intrinsic
+from numba import config, cuda, int64, uint32
 
 from .. import layout as L
 
@@ -40,7 +45,31 @@ if config.ENABLE_CUDASIM:
         """The simulator's ``_opaque``: ``x`` itself."""
         return x
 
+    from ..sim.ordered import (  # noqa: F401 (plain atomics with the GPU names)
+        _acquire_and,
+        _acquire_cas,
+        _fence_acq_rel,
+        _load,
+        _release_add,
+        _release_cas,
+        _release_exch,
+        _release_or,
+        _store,
+    )
+
 else:
+    from .ptx import (  # noqa: F401 (inline PTX: ordered atomics, relaxed loads)
+        _acquire_and,
+        _acquire_cas,
+        _fence_acq_rel,
+        _load,
+        _opaque,
+        _release_add,
+        _release_cas,
+        _release_exch,
+        _release_or,
+        _store,
+    )
 
     @cuda.jit(device=True)
     def _at(i):
@@ -65,27 +94,6 @@ else:
         devalloc.probes``).
         """
         return int64(cuda.popc(uint32(x)))
-
-    @intrinsic
-    def _opaque(typingctx, x):
-        """Return ``x`` unchanged, through one ``mov`` NVVM cannot see through.
-
-        For loop bounds that are constant when a kernel passes a constant
-        size: NVVM would unroll the loop and keep every unrolled address
-        live across the loops around it (``alloc(ctx, 64)``: 88 registers on
-        sm_90 without it, 40 with it). ptxas removes the ``mov``.
-        """
-        if not isinstance(x, types.Integer) or x.bitwidth not in (32, 64):
-            raise TypingError(f"_opaque takes a 32- or 64-bit integer, got {x}")
-        bits = x.bitwidth
-        reg = "l" if bits == 64 else "r"
-
-        def codegen(context, builder, sig, args):
-            ty = ir.IntType(bits)
-            mov = ir.InlineAsm(ir.FunctionType(ty, [ty]), f"mov.b{bits} $0, $1;", f"={reg},{reg}")
-            return builder.call(mov, [args[0]])
-
-        return x(x), codegen
 
 
 @cuda.jit(device=True)

@@ -15,8 +15,9 @@ from numba import cuda, int64, uint32
 
 from .. import layout as L
 from . import warp
-from ._meta import (RETRIES, _at, _fold, _note_fold, _opaque, _pages_changed, _popc32,
-                    _warp_number)
+from ._meta import (RETRIES, _acquire_and, _acquire_cas, _at, _fold, _load, _note_fold, _opaque,
+                    _pages_changed, _popc32, _release_add, _release_exch, _release_or,
+                    _store, _warp_number)
 
 #: Passes of the small-block scan, repeated only while races were lost.
 SMALL_PASSES = 4
@@ -51,7 +52,7 @@ def _pick(meta, npages, p, cap, want):
     nw = _opaque((cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT)
     w = _scatter(_warp_number(), nw)
     for _ in range(nw):
-        free = meta[_at(L.bitmap_word(npages, p, w))]  # guess
+        free = _load(meta, _at(L.bitmap_word(npages, p, w)))  # guess
         left = cap - w * L.BITS_PER_WORD
         if left < L.BITS_PER_WORD:
             free &= (int64(1) << left) - 1
@@ -82,7 +83,7 @@ def _reserve(meta, npages, p, c, want):
     idx = L.state_word(p)
     tag = L.slab_tag(c)
     cap = _blocks(c)
-    s = meta[_at(idx)]  # guess, validated by the cas
+    s = _load(meta, _at(idx))  # guess, validated by the cas
     for _ in range(RETRIES):
         t = L.state_tag(s)
         first = int64(0)
@@ -109,7 +110,10 @@ def _reserve(meta, npages, p, c, want):
             return NO
         new, folded = _fold(new)
         # State word: cas, races with every allocator and freer of page p.
-        old = cuda.atomic.cas(meta, _at(idx), s, new)
+        # Acquire: a block bumped here is ours after every access of its
+        # previous owner (whose release reached this word through the chain
+        # of atomics on it).
+        old = _acquire_cas(meta, _at(idx), s, new)
         if old == s:
             _note_fold(meta, folded)
             if t == L.TAG_FREE:
@@ -133,9 +137,10 @@ def _take_bits(meta, widx, pick):
 
     Only a thread holding as many reserved slots of the slab may call. One
     ``and``: it races with other reusers and with freers, and its old value
-    says which of the picked (freed) blocks are now ours.
+    says which of the picked (freed) blocks are now ours. Acquire: the
+    blocks' previous owners' accesses come before ours (their release ``or``).
     """
-    return cuda.atomic.and_(meta, _at(widx), ~pick & L.WORD_MASK) & pick
+    return _acquire_and(meta, _at(widx), ~pick & L.WORD_MASK) & pick
 
 
 @cuda.jit(device=True)
@@ -148,7 +153,9 @@ def _release_slots(meta, npages, p, k, undo):
     """
     idx = L.state_word(p)
     # State word: add never fails, so giving slots back never spins.
-    old = cuda.atomic.add(meta, _at(idx), -k * L.N_ONE)
+    # Release: our bitmap or/and before it are seen by whoever acquires the
+    # word after it (the retirer clearing the bitmap, the page's next taker).
+    old = _release_add(meta, _at(idx), -k * L.N_ONE)
     if undo:
         cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
     new = old - k * L.N_ONE
@@ -161,22 +168,23 @@ def _retire(meta, npages, p, s):
     """Turn the empty slab ``p`` (state ``s``) back into a free page.
 
     Unless someone reserved meanwhile (their release retires it later): one
-    ``cas`` to RETIRING, which no other thread changes; plain stores clearing
-    the bitmap words below the cursor (every block there was freed, so every
-    bit there is set); a fence; one ``exch`` to FREE. The pages-used ``add``
-    before, and back if the ``cas`` fails.
+    acquire ``cas`` to RETIRING, which no other thread changes (every
+    freer's and reuser's bitmap access came before its release ``add`` on
+    this word); relaxed stores clearing the bitmap words below the cursor
+    (every block there was freed, so every bit there is set); one release
+    ``exch`` to FREE (the cleared bitmap before the page is free). The
+    pages-used ``add`` before, and back if the ``cas`` fails.
     """
     idx = L.state_word(p)
     _pages_changed(meta, -1)
     # State word: cas from exactly the empty slab we saw.
-    if cuda.atomic.cas(meta, _at(idx), s, L.state_keep_count(s) | L.TAG_RETIRING) != s:
+    if _acquire_cas(meta, _at(idx), s, L.state_keep_count(s) | L.TAG_RETIRING) != s:
         _pages_changed(meta, 1)
         return
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT):
-        meta[_at(L.bitmap_word(npages, p, w))] = 0
-    cuda.threadfence()  # release: the cleared bitmap before the page is free
+        _store(meta, _at(L.bitmap_word(npages, p, w)), 0)  # bitmap: RETIRING, ours
     # State word: exch on a page only we may change.
-    cuda.atomic.exch(meta, _at(idx), L.state_keep_count(s))
+    _release_exch(meta, _at(idx), L.state_keep_count(s))
 
 
 @cuda.jit(device=True)
@@ -194,7 +202,7 @@ def _find(meta, npages, c, want):
     # cost 7 registers in the alloc kernel. A hint of 0 (none) wraps to
     # 2**32 - 1, so one compare range-checks it.
     n = uint32(npages)
-    p = uint32((meta[_at(hint_idx)] - 1) & 0xFFFFFFFF)  # racy hint: any value is safe
+    p = uint32((_load(meta, _at(hint_idx)) - 1) & 0xFFFFFFFF)  # racy hint: any value is safe
     if p >= n:
         p = uint32(L.slot_start(npages, slot))
     left = n  # visits left in this pass
@@ -249,7 +257,7 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
         if served >= lanes:
             break
     if lanes > 1:
-        warp.sync(mask)  # the leader's claim before each lane's own acquire fence
+        warp.sync(mask)  # the leader's acquiring claim before each lane's accesses
     return off
 
 
@@ -275,12 +283,14 @@ def _free_small(meta, npages, p, s, rel):
         return 0
     bits, dup = warp.merge_bits(mask, bit)
     if lanes > 1:
-        warp.sync(mask)  # each lane's release fence before the leader's or
+        warp.sync(mask)  # each lane's accesses before the leader's release or
     old = int64(0)
     if rank == 0:
         # Bitmap word: or (set = freed), races with other freers and with
         # reusers' and. Bits already set were not live: invalid frees.
-        old = cuda.atomic.or_(meta, _at(widx), bits)
+        # Release: the group's accesses to its blocks (each lane's, before
+        # the sync) come before the reuser's acquire and that takes them.
+        old = _release_or(meta, _at(widx), bits)
         freed = _popc32(bits & ~old)
         if freed:
             _release_slots(meta, npages, p, freed, False)

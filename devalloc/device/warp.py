@@ -8,11 +8,12 @@ lanes take part, so this is safe in divergent code: a lane never waits for
 a lane that is not there. No function here performs an atomic.
 
 On the GPU these are ``activemask``, ``match_any_sync``, ``lanemask_lt``,
-``popc`` and ``shfl_sync``. On the simulator, which has no warp intrinsics,
-the same names come from :mod:`devalloc.sim.warp`.
+``popc`` and ``shfl_sync`` (and ``redux.sync`` on sm_80 and later). On the
+simulator, which has no warp intrinsics, the same names come from
+:mod:`devalloc.sim.warp`.
 """
 
-from numba import config, cuda, int64
+from numba import config, cuda, int64, uint32
 
 if config.ENABLE_CUDASIM:
     from ..sim.warp import (  # noqa: F401 (this module's API on the simulator)
@@ -26,6 +27,7 @@ if config.ENABLE_CUDASIM:
     )
 
 else:
+    from .ptx import _has_redux, _redux_or
 
     @cuda.jit(device=True)
     def group(key):
@@ -49,9 +51,15 @@ else:
     def merge_bits(mask, value):
         """Return (OR of ``value`` over ``mask``, whether a lower lane has ``value``).
 
-        Every lane of ``mask`` must call. One ``shfl_sync`` per lane of the
+        ``value`` is a 32-bit mask (bits of one bitmap word). Every lane of
+        ``mask`` must call. sm_80 and later: one ``redux.sync.or`` and one
+        ``match.any.sync`` for the group (the choice is made when NVVM
+        compiles for the target). Before: one ``shfl_sync`` per lane of the
         group.
         """
+        if _has_redux():
+            same = cuda.match_any_sync(mask, uint32(value))
+            return int64(_redux_or(mask, value)), (same & cuda.lanemask_lt()) != 0
         me = cuda.laneid
         acc = int64(0)
         dup = False
@@ -83,8 +91,9 @@ else:
     def sync(mask):
         """Order the memory accesses of the lanes of ``mask`` (``syncwarp``).
 
-        A shuffle carries a value but is no memory-ordering edge; where one
-        lane's atomic acts for the group, ``__syncwarp`` orders the other
-        lanes' fenced accesses with it.
+        A shuffle carries a value but is no memory-ordering edge; where the
+        leader's acquire or release atomic acts for the group, ``__syncwarp``
+        orders the other lanes' accesses after or before it
+        (docs/correctness.md, "Memory ordering").
         """
         cuda.syncwarp(mask)
