@@ -3,8 +3,10 @@
 ``python -m devalloc.probes [--cc 75 90] [--json]`` compiles user-style
 kernels with :func:`devalloc.aot.compile_ptx`, assembles them with ``ptxas
 -v`` and disassembles them with ``nvdisasm``, and prints registers, spill
-bytes, SASS instructions and atomic instructions per kernel, with the
-difference to the empty kernel. The test suite and ``bench/`` both use it.
+bytes, SASS instructions, atomic instructions and SC fences per kernel,
+with the difference to the empty kernel; then the SASS instructions
+executed on the common paths on sm_90 (:mod:`devalloc.paths`; JSON key
+``"paths"``). The test suite and ``bench/`` both use it.
 
 Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset).
 """
@@ -231,7 +233,7 @@ def _merge_ptx(cc):
 
 
 def _merge_mask_zero_extended(ptx):
-    m = re.search(r"match\.any\.sync\.b64\s+(%r\d+),", ptx)
+    m = re.search(r"match\.any\.sync\.b(?:32|64)\s+(%r\d+),", ptx)
     if m is None:
         return False
     reg = re.escape(m.group(1))
@@ -244,10 +246,17 @@ def main(argv=None):
     p.add_argument("--cc", nargs="+", default=["75", "90"], help="compute capabilities, e.g. 75 80 90")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--traps", action="store_true", help="also report the compile traps")
+    p.add_argument("--no-paths", action="store_true",
+                   help="skip the walked path lengths (devalloc.paths, sm_90)")
     a = p.parse_args(argv)
     ccs = [(int(c[:-1]), int(c[-1])) for c in a.cc]
     rows = measure(ccs)
     result = {"probes": rows}
+    if not a.no_paths:
+        from . import paths
+
+        result["paths"] = paths.measure((9, 0))
+        result["paths_floor"] = paths.floor((9, 0))
     if a.traps:
         result["traps"] = check_traps()
     if a.json:
@@ -259,6 +268,12 @@ def main(argv=None):
     print("  ".join(f"{c:>17}" for c in cols))
     for r in rows:
         print("  ".join(f"{r.get(c, ''):>17}" for c in cols))
+    if "paths" in result:
+        print(f"\nSASS instructions executed on sm_90 (floor, one atomic add: "
+              f"{result['paths_floor']}):")
+        for name, r in result["paths"].items():
+            top = ", ".join(f"{f} {n}" for f, n in list(r["by_function"].items())[:4])
+            print(f"{name:>17}  {r['instructions']:4}  {r['what']}\n{'':>23}{top}")
     if a.traps:
         print(result["traps"])
     return 0

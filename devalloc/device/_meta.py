@@ -39,10 +39,17 @@ if config.ENABLE_CUDASIM:
         """
         return i
 
-    _popc32 = L.popc32
+    def _popc32(x):
+        """The simulator's ``_popc32``: layout.popc32 on a Python int (no
+        NumPy 32-bit overflow in its multiply)."""
+        return L.popc32(int(x))
 
     def _opaque(x):
         """The simulator's ``_opaque``: ``x`` itself."""
+        return x
+
+    def _tie(x, anchor):
+        """The simulator's ``_tie``: ``x`` itself."""
         return x
 
     from ..sim.ordered import (  # noqa: F401 (plain atomics with the GPU names)
@@ -69,6 +76,7 @@ else:
         _release_exch,
         _release_or,
         _store,
+        _tie,
     )
 
     @cuda.jit(device=True)
@@ -78,9 +86,13 @@ else:
         Every metadata index is below 2**31 (MAX_PAGES bounds the heap).
         Numba wraps negative indices around for loads, stores and atomics;
         zero-extending a 32-bit value lets the compiler drop that code, which
-        saves instructions and registers at every metadata access.
+        saves instructions and registers at every metadata access. The
+        32-bit value goes through ``_opaque``: otherwise NVVM folds the
+        truncation and the extension into a mask on the 64-bit index and
+        computes it in 64 bits; through it, the index is 32-bit arithmetic
+        and the address one wide multiply-add.
         """
-        return int64(uint32(i))
+        return int64(_opaque(uint32(i)))
 
     @cuda.jit(device=True)
     def _popc32(x):
@@ -97,10 +109,22 @@ else:
 
 
 @cuda.jit(device=True)
+def _npages(ctx):
+    """Return the heap's page count, as a value the compiler knows is >= 0.
+
+    Below 2**25 (MAX_PAGES); zero-extended from 32 bits like ``_at``, so that
+    divisions of it by constants are shifts, not signed divisions.
+    """
+    return int64(uint32(ctx.arena.shape[0] >> L.PAGE_SHIFT))
+
+
+@cuda.jit(device=True)
 def _warp_number():
     # The warp's number in the grid (1-D numbering; any value is correct,
     # it only spreads warps over hint slots and bitmap words).
-    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> L.WARP_SHIFT
+    # 32-bit arithmetic (a grid's threads wrap around 2**32: still a number).
+    t = uint32(uint32(cuda.blockIdx.x) * uint32(cuda.blockDim.x)) + uint32(cuda.threadIdx.x)
+    return uint32(uint32(t) >> L.WARP_SHIFT)
 
 
 @cuda.jit(device=True)

@@ -26,7 +26,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import warp
-from ._meta import RETRIES, _acquire_cas, _count, _load, _release_cas
+from ._meta import RETRIES, _acquire_cas, _count, _load, _npages, _release_cas
 from .pages import _alloc_pages, _free_pages
 
 
@@ -96,7 +96,7 @@ def bump(ctx, nbytes):
         larger than the arena, or if the heap is full; counted in ``failed``.
     """
     meta = ctx.meta
-    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
+    npages = _npages(ctx)
     n = int64(nbytes)
     off = int64(L.NULL)
     if n > 0 and n <= (npages << L.PAGE_SHIFT):

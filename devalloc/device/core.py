@@ -11,11 +11,11 @@ Callers: the public dispatchers in :mod:`devalloc.device.api` (and the debug
 path, which wraps these).
 """
 
-from numba import cuda, int64
+from numba import cuda, int64, uint32
 
 from .. import layout as L
 from . import warp
-from ._meta import _at, _count, _load
+from ._meta import _at, _count, _load, _npages
 from .pages import _alloc_large, _free_large
 from .slab import _alloc_small, _free_small
 
@@ -64,7 +64,7 @@ def alloc(ctx, nbytes):
         counted in ``failed``.
     """
     meta = ctx.meta
-    off = _alloc_uncounted(meta, ctx.arena.shape[0] >> L.PAGE_SHIFT, nbytes)
+    off = _alloc_uncounted(meta, _npages(ctx), nbytes)
     if off == L.NULL:
         _count(meta, L.S_FAILED)
     return off
@@ -91,11 +91,11 @@ def free(ctx, off):
     if o == L.NULL:
         warp.join_alone()  # free: no group (simulator: joins the rendezvous)
         return
-    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
+    npages = _npages(ctx)
     ok = 0
     inside = o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0
-    p = o >> L.PAGE_SHIFT
-    rel = o - (p << L.PAGE_SHIFT)
+    p = uint32(o >> L.PAGE_SHIFT)  # 32 bits, so metadata indices are 32-bit sums
+    rel = o & (L.PAGE - 1)
     s = int64(0)
     if inside:
         # A relaxed load: it reads the claim that handed this block out or a

@@ -12,6 +12,7 @@ metadata guesses, so these are one PTX instruction each:
 * ``_load(meta, i)``, ``_store(meta, i, v)``: ``ld``/``st.relaxed.gpu``;
 * ``_fence_acq_rel()``: ``fence.acq_rel.gpu`` (``MEMBAR.ALL.GPU``, not SC);
 * ``_opaque(x)``: ``x`` through a ``mov`` the optimiser cannot see through;
+* ``_tie(x, anchor)``: ``x``, but computed after ``anchor`` (not hoisted);
 * ``_redux_or(mask, x)``: ``redux.sync.or.b32`` on sm_80 and later, chosen
   when NVVM compiles the kernel (``__nvvm_reflect("__CUDA_ARCH")``), and a
   ``shfl_sync`` loop before (:mod:`devalloc.device.warp`).
@@ -128,6 +129,31 @@ def _opaque(typingctx, x):
         return builder.call(mov, [args[0]])
 
     return x(x), codegen
+
+
+@intrinsic
+def _tie(typingctx, x, anchor):
+    """Return ``x`` unchanged, as a value that depends on ``anchor`` too.
+
+    For work that belongs to one branch inside loops: computed from
+    loop-invariant values alone, NVVM hoists it out of every loop, onto every
+    path; tied to a value the innermost loop changes, it stays where it is
+    written. One ``mov`` (with ``anchor`` an unused operand) that ptxas drops.
+    """
+    if not isinstance(x, types.Integer) or x.bitwidth not in (32, 64):
+        raise TypingError(f"_tie takes a 32- or 64-bit integer, got {x}")
+    if not isinstance(anchor, types.Integer) or anchor.bitwidth != 64:
+        raise TypingError(f"_tie's anchor is a 64-bit integer, got {anchor}")
+    bits = x.bitwidth
+    reg = "l" if bits == 64 else "r"
+
+    def codegen(context, builder, sig, args):
+        ty = ir.IntType(bits)
+        mov = ir.InlineAsm(ir.FunctionType(ty, [ty, _I64]), f"mov.b{bits} $0, $1;",
+                           f"={reg},{reg},l")
+        return builder.call(mov, [args[0], args[1]])
+
+    return x(x, anchor), codegen
 
 
 def _cuda_arch(context, builder):

@@ -11,13 +11,14 @@ runs these functions' ``py_func``). Invariants, ordering and progress
 arguments: docs/correctness.md.
 """
 
-from numba import cuda, int64, uint32
+import numpy as np
+from numba import cuda, int32, int64, uint32, uint64
 
 from .. import layout as L
 from . import warp
 from ._meta import (RETRIES, _acquire_and, _acquire_cas, _at, _fold, _load, _note_fold, _opaque,
                     _pages_changed, _popc32, _release_add, _release_exch, _release_or,
-                    _store, _warp_number)
+                    _store, _tie, _warp_number)
 
 #: Passes of the small-block scan, repeated only while races were lost.
 SMALL_PASSES = 4
@@ -25,43 +26,73 @@ SMALL_PASSES = 4
 NO = 0
 BUSY = 1
 
+#: Per size class, read from constant memory instead of computed (a
+#: division, a dozen instructions): the block size, the blocks in a slab,
+#: and ceil(2**32 / size), with which ``free`` divides an offset in a page
+#: by the block size exactly (a multiply-shift; tests/test_layout.py).
+CLASS_SIZES = np.array([L.class_size(c) for c in range(L.NCLASSES)], np.uint32)
+CLASS_BLOCKS = np.array([L.class_blocks(c) for c in range(L.NCLASSES)], np.uint32)
+CLASS_RECIPS = np.array([-(-(1 << 32) // L.class_size(c)) for c in range(L.NCLASSES)], np.uint32)
+
+
+@cuda.jit(device=True)
+def _size(c):
+    # class_size(c), looked up (32 bits).
+    return uint32(CLASS_SIZES[c])
+
 
 @cuda.jit(device=True)
 def _blocks(c):
-    # class_blocks(c) with a 32-bit division (a 64-bit one costs registers).
-    return int64(uint32(L.PAGE) // uint32(L.class_size(c)))
+    # class_blocks(c), looked up (32 bits).
+    return uint32(CLASS_BLOCKS[c])
 
 
 @cuda.jit(device=True)
 def _scatter(spread, n):
     # Map a warp number to [0, n) without a division (Fibonacci hashing), so
-    # that consecutive warps land far apart.
-    h = (spread * 0x9E3779B1) & 0xFFFFFFFF
-    return (h * n) >> 32
+    # that consecutive warps land far apart. 32-bit: the hash wraps, the
+    # scaling is the high half of h * n.
+    h = uint32(uint64(spread) * uint64(0x9E3779B1))
+    return uint32((uint64(h) * uint64(n)) >> 32)
 
 
 @cuda.jit(device=True)
-def _pick(meta, npages, p, cap, want):
+def _lowest(m, k):
+    # The k lowest set bits of the 32-bit mask m (all of them if fewer).
+    out = uint32(0)
+    for _ in range(int32(k)):
+        if m == 0:
+            break
+        low = uint32(m & uint32(~m + uint32(1)))
+        out = uint32(out | low)
+        m = uint32(m ^ low)
+    return out
+
+
+@cuda.jit(device=True)
+def _pick(meta, npages, p, cap, want, anchor):
     """Guess up to ``want`` freed blocks of slab ``p`` (``cap`` blocks): (word, bits).
 
-    Plain loads only, from a word the warp number picks on; (0, 0) if none
-    is seen.
+    Relaxed loads only, from a word the warp number picks on; (0, 0) if none
+    is seen. ``anchor`` (the state word being tried) ties the start word to
+    this path: without it the compiler hoists the warp number's hash onto
+    every allocation's path.
     """
     # Hidden from the optimiser: a constant size would make the trip count
     # constant, and the unrolled loop's addresses would stay live (_opaque).
-    nw = _opaque((cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT)
-    w = _scatter(_warp_number(), nw)
-    for _ in range(nw):
-        free = _load(meta, _at(L.bitmap_word(npages, p, w)))  # guess
-        left = cap - w * L.BITS_PER_WORD
+    nw = _opaque(uint32((cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT))
+    w = _scatter(_tie(_warp_number(), anchor), nw)
+    for _ in range(int32(nw)):
+        free = uint32(_load(meta, _at(L.bitmap_word(npages, p, w))) & L.WORD_MASK)  # guess
+        left = uint32(cap - (w << L.WORD_SHIFT))
         if left < L.BITS_PER_WORD:
-            free &= (int64(1) << left) - 1
+            free = uint32(free & uint32((uint32(1) << left) - uint32(1)))
         if free != 0:
-            return w, L.lowest_bits(free & L.WORD_MASK, want)
-        w += 1
+            return w, _lowest(free, want)
+        w = uint32(w + uint32(1))
         if w == nw:
-            w = 0
-    return 0, 0
+            w = uint32(0)
+    return uint32(0), uint32(0)
 
 
 @cuda.jit(device=True)
@@ -79,33 +110,34 @@ def _reserve(meta, npages, p, c, want):
     the page cannot serve the class, or ``BUSY`` when it could but every try
     lost a race. Atomics: ``cas`` per try (<= RETRIES), then the ``and`` on
     the reuse path; pages-used ``add`` and peak ``max`` when a page is taken.
+    Counts and block indices are 32-bit (``want`` too).
     """
     idx = L.state_word(p)
-    tag = L.slab_tag(c)
+    tag = uint32(L.slab_tag(c))
     cap = _blocks(c)
     s = _load(meta, _at(idx))  # guess, validated by the cas
-    for _ in range(RETRIES):
-        t = L.state_tag(s)
-        first = int64(0)
-        w = int64(0)
-        pick = int64(0)
+    for _ in range(int32(RETRIES)):
+        t = uint32(L.state_tag(s))
+        first = uint32(0)
+        w = uint32(0)
+        pick = uint32(0)
         if t == L.TAG_FREE:
             got = min(want, cap)
-            new = L.state_keep_count(s) + got * L.SLAB_BUMP_ONE + tag
+            new = L.state_keep_count(s) + int64(got) * L.SLAB_BUMP_ONE + int64(tag)
         elif t == tag:
-            first = L.slab_cursor(s)
-            live = L.slab_live(s)
+            first = uint32(L.slab_cursor(s))
             if first < cap:
-                got = min(want, cap - first)
-                new = s + got * L.SLAB_BUMP_ONE
-            elif live < cap:
-                w, pick = _pick(meta, npages, p, cap, min(want, cap - live))
+                got = min(want, uint32(cap - first))
+                new = s + int64(got) * L.SLAB_BUMP_ONE
+            else:
+                live = uint32(L.slab_live(s))
+                if live >= cap:
+                    return NO
+                w, pick = _pick(meta, npages, p, cap, min(want, uint32(cap - live)), s)
                 if pick == 0:
                     return BUSY  # the freed blocks' bits are still being set
-                got = L.popc32(pick)
-                new = s + got * L.SLAB_REUSE_ONE
-            else:
-                return NO
+                got = uint32(_popc32(pick))
+                new = s + int64(got) * L.SLAB_REUSE_ONE
         else:
             return NO
         new, folded = _fold(new)
@@ -119,17 +151,16 @@ def _reserve(meta, npages, p, c, want):
             if t == L.TAG_FREE:
                 _pages_changed(meta, 1)
             if pick == 0:
-                return L.bump_grant(p, first, got)
-            mine = _take_bits(meta, L.bitmap_word(npages, p, w), pick)
-            lost = got - L.popc32(mine)
+                return L.bump_grant(p, int64(first), int64(got))
+            mine = uint32(_take_bits(meta, L.bitmap_word(npages, p, w), int64(pick)))
+            lost = uint32(got - uint32(_popc32(mine)))
             if lost:
-                _release_slots(meta, npages, p, lost, True)
+                _release_slots(meta, npages, p, int64(lost), True)
             if mine == 0:
                 return BUSY
-            return L.reuse_grant(p, w, mine)
+            return L.reuse_grant(p, int64(w), int64(mine))
         s = old
     return BUSY
-
 
 @cuda.jit(device=True)
 def _take_bits(meta, widx, pick):
@@ -231,6 +262,31 @@ def _find(meta, npages, c, want):
 
 
 @cuda.jit(device=True)
+def _grant_got(g):
+    # Blocks in grant g (layout.grant_count on the grant's two 32-bit halves).
+    lo = uint32(g & L.WORD_MASK)
+    if uint32(g >> 32) & uint32(L.GRANT_REUSE >> 32):
+        return uint32(_popc32(lo))
+    return uint32(lo >> L.GRANT_COUNT_SHIFT)
+
+
+@cuda.jit(device=True)
+def _grant_offset(g, k, c):
+    # The offset of the k-th block of grant g of class c (layout.grant_page,
+    # grant_block, in 32 bits but for the page's offset).
+    lo = uint32(g & L.WORD_MASK)
+    hi = uint32(g >> 32)
+    page = uint32(uint32(hi >> (L.GRANT_PAGE_SHIFT - 32)) - uint32(1))
+    if hi & uint32(L.GRANT_REUSE >> 32):
+        for _ in range(int32(k)):
+            lo = uint32(lo & uint32(lo - uint32(1)))
+        b = uint32(((hi & L.GRANT_WORD_MASK) << L.WORD_SHIFT) + uint32(cuda.ffs(lo) - 1))
+    else:
+        b = uint32((lo & L.GRANT_FIRST_MASK) + k)
+    return (int64(page) << L.PAGE_SHIFT) + int64(uint32(b * _size(c)))
+
+
+@cuda.jit(device=True)
 def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
     """Serve one block of class ``c`` to each lane of a group; offset or NULL.
 
@@ -238,25 +294,27 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
     leader wins blocks for the lanes not served yet and broadcasts each
     grant; the lanes take theirs by rank. Each round serves at least one
     lane or ends with NULL for the rest, so there are at most ``lanes``
-    rounds, the same number for every lane of the group.
+    rounds, the same number for every lane of the group. Counts are 32-bit.
     """
     off = int64(L.NULL)
-    served = int64(0)
-    for _ in range(lanes):
+    me = uint32(rank)
+    n = uint32(lanes)
+    served = uint32(0)
+    for _ in range(int32(lanes)):
         g = int64(0)
-        if rank == 0:
-            g = _find(meta, npages, c, lanes - served)
-        g = warp.share(mask, leader, g)
+        if me == 0:
+            g = _find(meta, npages, c, uint32(n - served))
+        if n > 1:
+            g = warp.share(mask, leader, g)
         if g == 0:
             break
-        got = L.grant_count(g)
-        k = rank - served
-        if k >= 0 and k < got:
-            off = (L.grant_page(g) << L.PAGE_SHIFT) + L.grant_block(g, k) * L.class_size(c)
-        served += got
-        if served >= lanes:
+        got = _grant_got(g)
+        if me >= served and me - served < got:
+            off = _grant_offset(g, uint32(me - served), c)
+        served = uint32(served + got)
+        if served >= n:
             break
-    if lanes > 1:
+    if n > 1:
         warp.sync(mask)  # the leader's acquiring claim before each lane's accesses
     return off
 
@@ -270,19 +328,22 @@ def _free_small(meta, npages, p, s, rel):
     with one ``add``; each lane learns from the old bits whether its block
     was live. Atomics per group: one ``or``, one ``add`` (and the retire).
     """
-    c = L.slab_class(L.state_tag(s))
-    size = L.class_size(c)
-    b = int64(uint32(rel) // uint32(size))  # 0 <= rel < PAGE: 32 bits suffice
+    c = uint32(L.slab_class(L.state_tag(s)))
+    r = uint32(rel)  # 0 <= rel < PAGE: 32 bits suffice
+    # r // size, exactly, as a multiply-shift (no division; tests/test_layout.py).
+    b = uint32((uint64(r) * uint64(CLASS_RECIPS[c])) >> 32)
     widx = int64(warp.solo_key())
-    bit = int64(0)
-    if rel - b * size == 0 and b < L.slab_cursor(s):
-        widx = L.bitmap_word(npages, p, b >> L.WORD_SHIFT)
-        bit = int64(1) << (b & (L.BITS_PER_WORD - 1))
+    bit = uint32(0)
+    if r == uint32(b * _size(c)) and b < uint32(L.slab_cursor(s)):
+        widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))
+        bit = uint32(uint32(1) << (b & (L.BITS_PER_WORD - 1)))
     mask, leader, rank, lanes = warp.group(widx)
     if bit == 0:
         return 0
-    bits, dup = warp.merge_bits(mask, bit)
+    bits = bit
+    dup = False
     if lanes > 1:
+        bits, dup = warp.merge_bits(mask, bit)
         warp.sync(mask)  # each lane's accesses before the leader's release or
     old = int64(0)
     if rank == 0:
@@ -290,11 +351,12 @@ def _free_small(meta, npages, p, s, rel):
         # reusers' and. Bits already set were not live: invalid frees.
         # Release: the group's accesses to its blocks (each lane's, before
         # the sync) come before the reuser's acquire and that takes them.
-        old = _release_or(meta, _at(widx), bits)
-        freed = _popc32(bits & ~old)
+        old = _release_or(meta, _at(widx), int64(bits))
+        freed = int64(_popc32(bits & ~uint32(old)))
         if freed:
             _release_slots(meta, npages, p, freed, False)
-    old = warp.share(mask, leader, old)
+    if lanes > 1:
+        old = warp.share(mask, leader, old)
     if old & bit or dup:
         return 0
     return 1

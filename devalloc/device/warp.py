@@ -13,7 +13,7 @@ simulator, which has no warp intrinsics, the same names come from
 :mod:`devalloc.sim.warp`.
 """
 
-from numba import config, cuda, int64, uint32
+from numba import config, cuda, int32, int64, uint32
 
 if config.ENABLE_CUDASIM:
     from ..sim.warp import (  # noqa: F401 (this module's API on the simulator)
@@ -37,7 +37,9 @@ else:
         (true for lanes that are active together at ``activemask``).
         """
         active = cuda.activemask()
-        mask = cuda.match_any_sync(active, int64(key))
+        # Every key fits 32 bits (metadata indices, classes, bump sizes, and
+        # the negative solo keys): one 32-bit match.
+        mask = cuda.match_any_sync(active, int32(key))
         leader = cuda.ffs(mask) - 1
         rank = cuda.popc(mask & cuda.lanemask_lt())
         return mask, leader, rank, cuda.popc(mask)
@@ -79,7 +81,7 @@ else:
     @cuda.jit(device=True)
     def solo_key():
         """Return a ``group`` key no other lane of the warp uses."""
-        return int64(-2 - cuda.laneid)
+        return int32(-2 - cuda.laneid)
 
     @cuda.jit(device=True)
     def join_alone():
