@@ -125,6 +125,10 @@ def successors(insns, labels, i, diverged=False):
     return [i + 1]
 
 
+#: Opcodes that never match a waypoint: branches and convergence bookkeeping.
+_NO_MATCH = {"BRA", "BSSY", "BSYNC", "BREAK", "YIELD", "NOP"}
+
+
 def walk(insns, labels, waypoints, diverged=False):
     """Return the cheapest walk from the entry to EXIT through ``waypoints``.
 
@@ -139,7 +143,9 @@ def walk(insns, labels, waypoints, diverged=False):
         # Consume the waypoints instruction i matches; a waypoint equal to
         # the one before it needs a new visit of its line (``run``: the
         # instruction before i matched the last consumed waypoint).
-        frames = insns[i].frames
+        # Control-flow bookkeeping matches nothing: a BSYNC where the branch
+        # around a line's body reconverges carries that line too.
+        frames = () if insns[i].op.split(".")[0] in _NO_MATCH else insns[i].frames
         while k < n and waypoints[k] in frames:
             if run and k and waypoints[k] == waypoints[k - 1]:
                 break
@@ -269,21 +275,19 @@ PATHS = {
     "alloc_fresh_slab": PathSpec(
         "alloc", "alloc(ctx, 64) by one lane, from the hinted slab's never-used blocks", (
             At(_C, "return _alloc_small(meta, npages, c, mask, leader, rank, lanes)"),
-            At(_S, "first = uint32(L.slab_cursor(s))"),
+            At(_S, "first = uint32(_lo32(s >> L.CURSOR_SHIFT)"),
             At(_S, "return L.bump_grant(p, int64(first), int64(got))"),
-            At(_S, "off = _grant_offset(g, uint32(me - served), c)"),
-            At(_P, "out[cuda.grid(1)] = devalloc.alloc(ctx, n)"),
+            At(_S, "return _grant_offset(g, uint32(0), c)"),
         )),
     "alloc_reuse": PathSpec(
         "alloc", "alloc(ctx, 64) by one lane, from the hinted slab's freed blocks (all bumped)", (
             At(_C, "return _alloc_small(meta, npages, c, mask, leader, rank, lanes)"),
-            At(_S, "live = uint32(L.slab_live(s))"),
+            At(_S, "live = uint32(_lo32(s >> L.N_SHIFT)"),
             At(_S, "return w, _lowest(free, want)"),
             At(_S, "out = uint32(out | low)"),
-            At(_S, "mine = uint32(_take_bits("),
+            At(_S, "mine = _lo32(_take_bits("),
             At(_S, "return L.reuse_grant(p, int64(w), int64(mine))"),
-            At(_S, "off = _grant_offset(g, uint32(me - served), c)"),
-            At(_P, "out[cuda.grid(1)] = devalloc.alloc(ctx, n)"),
+            At(_S, "return _grant_offset(g, uint32(0), c)"),
         )),
     "free_lone": PathSpec(
         "free", "free of a live block by one lane; its slab keeps other live blocks", (

@@ -117,14 +117,14 @@ def test_registers_for_every_way_of_passing_a_size_sm90(probe_result):
     assert by["alloc"]["registers"] <= 40, by["alloc"]
     assert by["alloc_const"]["registers"] <= 40, by["alloc_const"]
     assert by["alloc_per_thread"]["registers"] <= 40, by["alloc_per_thread"]
-    assert by["alloc_view_free_per_thread"]["registers"] <= 45, by["alloc_view_free_per_thread"]
+    assert by["alloc_view_free_per_thread"]["registers"] <= 44, by["alloc_view_free_per_thread"]
 
 
 #: SASS instructions executed on each path on sm_90, as measured (numba-cuda
 #: 0.30, CUDA 13 tools); the floor, one atomic add, is 39. Pinned with a
 #: margin of 5 % (at least 8) for toolchain updates.
-PATHS = {"alloc_fresh_slab": 235, "alloc_reuse": 315, "free_lone": 119,
-         "free_warp32": 131, "bump": 169, "scoped": 122}
+PATHS = {"alloc_fresh_slab": 162, "alloc_reuse": 237, "free_lone": 111,
+         "free_warp32": 132, "bump": 167, "scoped": 123}
 
 
 def test_walked_path_lengths_sm90(probe_result):
@@ -136,7 +136,8 @@ def test_walked_path_lengths_sm90(probe_result):
         print(f"{name}: {r['instructions']} ({r['what']}): {r['by_function']}")
         assert r["instructions"] <= pinned + max(8, pinned // 20), (name, r)
         assert r["instructions"] >= pinned // 2, (name, r)  # the walk really walked
-    # Issue 13's targets that are met.
+    # Issue 13's targets.
+    assert got["alloc_fresh_slab"]["instructions"] <= 170
     assert got["free_lone"]["instructions"] <= 120
     assert got["free_warp32"]["instructions"] <= 250
 

@@ -52,6 +52,10 @@ if config.ENABLE_CUDASIM:
         """The simulator's ``_tie``: ``x`` itself."""
         return x
 
+    def _lo32(x):
+        """The simulator's ``_lo32``: the low 32 bits of ``x``."""
+        return uint32(int(x) & 0xFFFFFFFF)
+
     from ..sim.ordered import (  # noqa: F401 (plain atomics with the GPU names)
         _acquire_and,
         _acquire_cas,
@@ -95,6 +99,17 @@ else:
         return int64(_opaque(uint32(i)))
 
     @cuda.jit(device=True)
+    def _lo32(x):
+        """Return the low 32 bits of ``x`` as a 32-bit value NVVM keeps 32-bit.
+
+        A plain ``uint32(x)`` of a 64-bit value is folded back into a mask
+        on the 64-bit value, so everything computed from it (compares,
+        shifts, sums) stays 64-bit: two instructions each on the GPU. Through
+        ``_opaque`` it is a real 32-bit register.
+        """
+        return _opaque(uint32(x))
+
+    @cuda.jit(device=True)
     def _popc32(x):
         """Return the set bits of bitmap word ``x`` (< 2**32): one ``popc``.
 
@@ -115,7 +130,7 @@ def _npages(ctx):
     Below 2**25 (MAX_PAGES); zero-extended from 32 bits like ``_at``, so that
     divisions of it by constants are shifts, not signed divisions.
     """
-    return int64(uint32(ctx.arena.shape[0] >> L.PAGE_SHIFT))
+    return int64(_lo32(ctx.arena.shape[0] >> L.PAGE_SHIFT))
 
 
 @cuda.jit(device=True)

@@ -11,13 +11,13 @@ Callers: the public dispatchers in :mod:`devalloc.device.api` (and the debug
 path, which wraps these).
 """
 
-from numba import cuda, int64, uint32
+from numba import cuda, int64
 
 from .. import layout as L
 from . import warp
-from ._meta import _at, _count, _load, _npages
+from ._meta import _at, _count, _lo32, _load, _npages
 from .pages import _alloc_large, _free_large
-from .slab import _alloc_small, _free_small
+from .slab import _alloc_small, _free_small, _size_class
 
 
 @cuda.jit(device=True)
@@ -32,7 +32,7 @@ def _alloc_uncounted(meta, npages, nbytes):
     c = int64(0)
     key = warp.solo_key()
     if small:
-        c = L.size_class(n)
+        c = int64(_size_class(n))
         key = c
     mask, leader, rank, lanes = warp.group(key)
     if small:
@@ -94,7 +94,7 @@ def free(ctx, off):
     npages = _npages(ctx)
     ok = 0
     inside = o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0
-    p = uint32(o >> L.PAGE_SHIFT)  # 32 bits, so metadata indices are 32-bit sums
+    p = _lo32(o >> L.PAGE_SHIFT)  # 32 bits, so metadata indices are 32-bit sums
     rel = o & (L.PAGE - 1)
     s = int64(0)
     if inside:

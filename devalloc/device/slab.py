@@ -17,7 +17,7 @@ from numba import cuda, int32, int64, uint32, uint64
 from .. import layout as L
 from . import warp
 from ._meta import (RETRIES, _acquire_and, _acquire_cas, _at, _fold, _load, _note_fold, _opaque,
-                    _pages_changed, _popc32, _release_add, _release_exch, _release_or,
+                    _lo32, _pages_changed, _popc32, _release_add, _release_exch, _release_or,
                     _store, _tie, _warp_number)
 
 #: Passes of the small-block scan, repeated only while races were lost.
@@ -33,6 +33,16 @@ BUSY = 1
 CLASS_SIZES = np.array([L.class_size(c) for c in range(L.NCLASSES)], np.uint32)
 CLASS_BLOCKS = np.array([L.class_blocks(c) for c in range(L.NCLASSES)], np.uint32)
 CLASS_RECIPS = np.array([-(-(1 << 32) // L.class_size(c)) for c in range(L.NCLASSES)], np.uint32)
+#: The size class of n bytes (1 <= n <= MAX_SMALL) depends on (n - 1) >> 4
+#: only: looked up too (no floor_log2 chain; tests/test_layout.py).
+CLASS_OF = np.array([L.size_class((i << L.ALIGN_SHIFT) + 1)
+                     for i in range(L.MAX_SMALL >> L.ALIGN_SHIFT)], np.uint8)
+
+
+@cuda.jit(device=True)
+def _size_class(n):
+    # size_class(n) for 1 <= n <= MAX_SMALL, looked up.
+    return uint32(CLASS_OF[_lo32(n - 1) >> L.ALIGN_SHIFT])
 
 
 @cuda.jit(device=True)
@@ -83,7 +93,7 @@ def _pick(meta, npages, p, cap, want, anchor):
     nw = _opaque(uint32((cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT))
     w = _scatter(_tie(_warp_number(), anchor), nw)
     for _ in range(int32(nw)):
-        free = uint32(_load(meta, _at(L.bitmap_word(npages, p, w))) & L.WORD_MASK)  # guess
+        free = _lo32(_load(meta, _at(L.bitmap_word(npages, p, w))))  # guess (32 bits used)
         left = uint32(cap - (w << L.WORD_SHIFT))
         if left < L.BITS_PER_WORD:
             free = uint32(free & uint32((uint32(1) << left) - uint32(1)))
@@ -116,8 +126,9 @@ def _reserve(meta, npages, p, c, want):
     tag = uint32(L.slab_tag(c))
     cap = _blocks(c)
     s = _load(meta, _at(idx))  # guess, validated by the cas
-    for _ in range(int32(RETRIES)):
-        t = uint32(L.state_tag(s))
+    tries = int32(RETRIES)
+    while True:
+        t = uint32(_lo32(s) & L.TAG_MASK)
         first = uint32(0)
         w = uint32(0)
         pick = uint32(0)
@@ -125,12 +136,12 @@ def _reserve(meta, npages, p, c, want):
             got = min(want, cap)
             new = L.state_keep_count(s) + int64(got) * L.SLAB_BUMP_ONE + int64(tag)
         elif t == tag:
-            first = uint32(L.slab_cursor(s))
+            first = uint32(_lo32(s >> L.CURSOR_SHIFT) & L.CURSOR_MASK)
             if first < cap:
                 got = min(want, uint32(cap - first))
                 new = s + int64(got) * L.SLAB_BUMP_ONE
             else:
-                live = uint32(L.slab_live(s))
+                live = uint32(_lo32(s >> L.N_SHIFT) & L.LIVE_MASK)
                 if live >= cap:
                     return NO
                 w, pick = _pick(meta, npages, p, cap, min(want, uint32(cap - live)), s)
@@ -147,12 +158,13 @@ def _reserve(meta, npages, p, c, want):
         # of atomics on it).
         old = _acquire_cas(meta, _at(idx), s, new)
         if old == s:
-            _note_fold(meta, folded)
-            if t == L.TAG_FREE:
-                _pages_changed(meta, 1)
+            if t == L.TAG_FREE or folded:  # rare: one branch on the common path
+                _note_fold(meta, folded)
+                if t == L.TAG_FREE:
+                    _pages_changed(meta, 1)
             if pick == 0:
                 return L.bump_grant(p, int64(first), int64(got))
-            mine = uint32(_take_bits(meta, L.bitmap_word(npages, p, w), int64(pick)))
+            mine = _lo32(_take_bits(meta, L.bitmap_word(npages, p, w), int64(pick)))
             lost = uint32(got - uint32(_popc32(mine)))
             if lost:
                 _release_slots(meta, npages, p, int64(lost), True)
@@ -160,7 +172,9 @@ def _reserve(meta, npages, p, c, want):
                 return BUSY
             return L.reuse_grant(p, int64(w), int64(mine))
         s = old
-    return BUSY
+        tries = int32(tries - 1)
+        if tries == 0:
+            return BUSY
 
 @cuda.jit(device=True)
 def _take_bits(meta, widx, pick):
@@ -227,15 +241,16 @@ def _find(meta, npages, c, want):
     up to SMALL_PASSES, so contention alone rarely yields nothing. A grant
     from another page than the hint's moves the hint there (``exch``).
     """
-    slot = _scatter(_warp_number(), L.hint_slots(npages))
-    hint_idx = L.hint_word(c, slot)
     # The search's own state is 32-bit (pages < 2**25): 64-bit counters here
-    # cost 7 registers in the alloc kernel. A hint of 0 (none) wraps to
-    # 2**32 - 1, so one compare range-checks it.
+    # cost 7 registers in the alloc kernel, and 64-bit hint-slot arithmetic
+    # a dozen instructions. A hint of 0 (none) wraps to 2**32 - 1, so one
+    # compare range-checks it.
     n = uint32(npages)
-    p = uint32((_load(meta, _at(hint_idx)) - 1) & 0xFFFFFFFF)  # racy hint: any value is safe
+    slot = _scatter(_warp_number(), L.hint_slots(n))
+    hint_idx = L.hint_word(c, slot)
+    p = _lo32(_load(meta, _at(hint_idx)) - 1)  # racy hint: any value is safe
     if p >= n:
-        p = uint32(L.slot_start(npages, slot))
+        p = uint32(L.slot_start(n, slot))
     left = n  # visits left in this pass
     passes = uint32(SMALL_PASSES)
     busy = False
@@ -264,8 +279,8 @@ def _find(meta, npages, c, want):
 @cuda.jit(device=True)
 def _grant_got(g):
     # Blocks in grant g (layout.grant_count on the grant's two 32-bit halves).
-    lo = uint32(g & L.WORD_MASK)
-    if uint32(g >> 32) & uint32(L.GRANT_REUSE >> 32):
+    lo = _lo32(g)
+    if _lo32(g >> 32) & uint32(L.GRANT_REUSE >> 32):
         return uint32(_popc32(lo))
     return uint32(lo >> L.GRANT_COUNT_SHIFT)
 
@@ -274,8 +289,8 @@ def _grant_got(g):
 def _grant_offset(g, k, c):
     # The offset of the k-th block of grant g of class c (layout.grant_page,
     # grant_block, in 32 bits but for the page's offset).
-    lo = uint32(g & L.WORD_MASK)
-    hi = uint32(g >> 32)
+    lo = _lo32(g)
+    hi = _lo32(g >> 32)
     page = uint32(uint32(hi >> (L.GRANT_PAGE_SHIFT - 32)) - uint32(1))
     if hi & uint32(L.GRANT_REUSE >> 32):
         for _ in range(int32(k)):
@@ -296,16 +311,23 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
     lane or ends with NULL for the rest, so there are at most ``lanes``
     rounds, the same number for every lane of the group. Counts are 32-bit.
     """
+    n = uint32(lanes)
+    if n == 1:
+        # A lane alone (the usual case in divergent code): one round, nothing
+        # to share, no sync. Its own copy of the search: in the loop below,
+        # the rounds' bookkeeping costs a lone lane some 25 instructions.
+        g = _find(meta, npages, c, n)
+        if g == 0:
+            return int64(L.NULL)
+        return _grant_offset(g, uint32(0), c)
     off = int64(L.NULL)
     me = uint32(rank)
-    n = uint32(lanes)
     served = uint32(0)
     for _ in range(int32(lanes)):
         g = int64(0)
         if me == 0:
             g = _find(meta, npages, c, uint32(n - served))
-        if n > 1:
-            g = warp.share(mask, leader, g)
+        g = warp.share(mask, leader, g)
         if g == 0:
             break
         got = _grant_got(g)
@@ -314,8 +336,7 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
         served = uint32(served + got)
         if served >= n:
             break
-    if n > 1:
-        warp.sync(mask)  # the leader's acquiring claim before each lane's accesses
+    warp.sync(mask)  # the leader's acquiring claim before each lane's accesses
     return off
 
 
@@ -328,13 +349,13 @@ def _free_small(meta, npages, p, s, rel):
     with one ``add``; each lane learns from the old bits whether its block
     was live. Atomics per group: one ``or``, one ``add`` (and the retire).
     """
-    c = uint32(L.slab_class(L.state_tag(s)))
-    r = uint32(rel)  # 0 <= rel < PAGE: 32 bits suffice
+    c = uint32((_lo32(s) & L.TAG_MASK) - 1)  # slab_class(state_tag(s))
+    r = _lo32(rel)  # 0 <= rel < PAGE: 32 bits suffice
     # r // size, exactly, as a multiply-shift (no division; tests/test_layout.py).
     b = uint32((uint64(r) * uint64(CLASS_RECIPS[c])) >> 32)
     widx = int64(warp.solo_key())
     bit = uint32(0)
-    if r == uint32(b * _size(c)) and b < uint32(L.slab_cursor(s)):
+    if r == uint32(b * _size(c)) and b < uint32(_lo32(s >> L.CURSOR_SHIFT) & L.CURSOR_MASK):
         widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))
         bit = uint32(uint32(1) << (b & (L.BITS_PER_WORD - 1)))
     mask, leader, rank, lanes = warp.group(widx)
@@ -352,7 +373,7 @@ def _free_small(meta, npages, p, s, rel):
         # Release: the group's accesses to its blocks (each lane's, before
         # the sync) come before the reuser's acquire and that takes them.
         old = _release_or(meta, _at(widx), int64(bits))
-        freed = int64(_popc32(bits & ~uint32(old)))
+        freed = int64(_popc32(bits & ~_lo32(old)))
         if freed:
             _release_slots(meta, npages, p, freed, False)
     if lanes > 1:
