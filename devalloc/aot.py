@@ -108,6 +108,9 @@ class Resources:
     stack_bytes: int
     sass_instructions: int
     sass_atomics: int
+    #: ``MEMBAR.SC`` instructions: sequentially consistent fences
+    #: (``fence.sc``, numba's ``cuda.threadfence()``), which also invalidate L1.
+    sass_membar_sc: int = 0
 
     @property
     def spill_bytes(self):
@@ -122,8 +125,8 @@ _INSN = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)"
 def assemble(ptx, cc=(9, 0)):
     """Assemble ``ptx`` with ptxas -v and disassemble it; return :class:`Resources`.
 
-    Counts SASS instructions and global/generic atomic instructions (ATOM,
-    ATOMG, RED, REDG) of the kernel. Raises RuntimeError with ptxas's
+    Counts SASS instructions, global/generic atomic instructions (ATOM,
+    ATOMG, RED, REDG) and ``MEMBAR.SC`` fences of the kernel. Raises RuntimeError with ptxas's
     message if assembly fails.
     """
     arch = f"sm_{cc[0]}{cc[1]}"
@@ -155,4 +158,5 @@ def assemble(ptx, cc=(9, 0)):
         spill_loads=int(spill.group(3)) if spill else 0,
         sass_instructions=len(ops),
         sass_atomics=len(atomics),
+        sass_membar_sc=sum(o.startswith("MEMBAR.SC") for o in ops),
     )

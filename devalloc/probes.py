@@ -3,8 +3,10 @@
 ``python -m devalloc.probes [--cc 75 90] [--json]`` compiles user-style
 kernels with :func:`devalloc.aot.compile_ptx`, assembles them with ``ptxas
 -v`` and disassembles them with ``nvdisasm``, and prints registers, spill
-bytes, SASS instructions and atomic instructions per kernel, with the
-difference to the empty kernel. The test suite and ``bench/`` both use it.
+bytes, SASS instructions, atomic instructions and SC fences per kernel,
+with the difference to the empty kernel; then the SASS instructions
+executed on the common paths on sm_90 (:mod:`devalloc.paths`; JSON key
+``"paths"``). The test suite and ``bench/`` both use it.
 
 Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset), and
 needs NVVM, ``ptxas`` and ``nvdisasm``: the test extra
@@ -23,6 +25,7 @@ from numba import cuda, types
 import devalloc
 from devalloc import aot
 from devalloc.ctx import obs_ctx_type
+from devalloc.device import warp
 
 
 def k_empty(ctx, n, out):
@@ -36,8 +39,19 @@ def k_atomic_floor(ctx, n, out):
 
 
 def k_alloc(ctx, n, out):
-    """One ``alloc`` per thread, offset stored."""
+    """One ``alloc`` per thread of a size passed as a kernel argument, offset stored."""
     out[cuda.grid(1)] = devalloc.alloc(ctx, n)
+
+
+def k_alloc_const(ctx, n, out):
+    """One ``alloc`` per thread of a compile-time constant size (64 B)."""
+    out[cuda.grid(1)] = devalloc.alloc(ctx, 64)
+
+
+def k_alloc_per_thread(ctx, n, out):
+    """One ``alloc`` per thread of a size that differs per thread (read from ``out``)."""
+    i = cuda.grid(1)
+    out[i] = devalloc.alloc(ctx, out[i])
 
 
 def k_alloc_view_free(ctx, n, out):
@@ -46,6 +60,19 @@ def k_alloc_view_free(ctx, n, out):
     off = devalloc.alloc(ctx, n)
     if off != devalloc.NULL:
         a = devalloc.view(ctx, off, n // 4, np.float32)
+        for j in range(a.shape[0]):
+            a[j] = j
+        out[i] = a[0]
+        devalloc.free(ctx, off)
+
+
+def k_alloc_view_free_per_thread(ctx, n, out):
+    """``alloc``/``view``/``free`` of a size that differs per thread."""
+    i = cuda.grid(1)
+    m = out[i]
+    off = devalloc.alloc(ctx, m)
+    if off != devalloc.NULL:
+        a = devalloc.view(ctx, off, m // 4, np.float32)
         for j in range(a.shape[0]):
             a[j] = j
         out[i] = a[0]
@@ -97,9 +124,13 @@ def k_scoped(ctx, n, out):
 PROBES = {
     "empty": k_empty,
     "atomic_floor": k_atomic_floor,
+    # The three ways of passing a size: a kernel argument, a constant, per thread.
     "alloc": k_alloc,
+    "alloc_const": k_alloc_const,
+    "alloc_per_thread": k_alloc_per_thread,
     "free": k_free,
     "alloc_view_free": k_alloc_view_free,
+    "alloc_view_free_per_thread": k_alloc_view_free_per_thread,
     "conditional": k_conditional,
     "bump": k_bump,
     "scoped": k_scoped,
@@ -140,7 +171,7 @@ def measure(ccs=((7, 5), (9, 0)), probes=None):
             row = {"kernel": name, "arch": r.arch, "registers": r.registers,
                    "spill_bytes": r.spill_bytes, "stack_bytes": r.stack_bytes,
                    "sass_instructions": r.sass_instructions,
-                   "sass_atomics": r.sass_atomics}
+                   "sass_atomics": r.sass_atomics, "sass_membar_sc": r.sass_membar_sc}
             if name == "empty":
                 base = r
             if base is not None:
@@ -166,6 +197,12 @@ def check_traps():
       profiling costs normal heaps nothing), one for an observed heap does.
     * ``replay_kernel_spills``: spill bytes of :func:`devalloc.replay`'s
       kernel on sm_90 (it compiles for the GPU, not only the simulator).
+    * ``merge_bits_redux``: per architecture ("75", "90"), whether
+      ``merge_bits`` compiled to ``redux.sync.or`` (sm_80 and later) rather
+      than the shuffle loop.
+    * ``bump_ordering``: in the sm_90 PTX of the bump probe, the
+      ``bar.warp.sync`` after the leader's claim, the acquire ``cas`` of
+      the claim and the release ``cas`` that installs a chunk.
     """
     out = {}
 
@@ -194,7 +231,15 @@ def check_traps():
         out["return_created_array_rejected"] = False
     except Exception as e:
         out["return_created_array_rejected"] = "Only accept returning of array" in str(e)
-    out["merge_mask_zero_extended"] = _merge_mask_zero_extended()
+    out["merge_mask_zero_extended"] = _merge_mask_zero_extended(_merge_ptx((7, 5)))
+    out["merge_bits_redux"] = {f"{cc[0]}{cc[1]}": "redux.sync.or.b32" in _merge_ptx(cc)
+                               for cc in ((7, 5), (9, 0))}
+    bump_ptx, _ = aot.compile_ptx(k_bump, SIG, cc=(9, 0))
+    out["bump_ordering"] = {
+        "bar_warp_sync": bump_ptx.count("bar.warp.sync"),
+        "acquire_cas": bump_ptx.count("atom.acquire.gpu.global.cas"),
+        "release_cas": bump_ptx.count("atom.release.gpu.global.cas"),
+    }
     normal, _ = aot.compile_ptx(k_alloc_view_free, SIG, cc=(9, 0))
     observed, _ = aot.compile_ptx(k_alloc_view_free, OBSERVED_SIG, cc=(9, 0))
     out["observed_path_only_when_observed"] = "observe" not in normal and "observe" in observed
@@ -207,17 +252,20 @@ def check_traps():
     return out
 
 
-def _merge_mask_zero_extended():
-    from .device import warp
+def k_merge(ctx, n, out):
+    """``warp.merge_bits`` alone, in a group keyed by ``out[i]``."""
+    i = cuda.grid(1)
+    mask, leader, rank, lanes = warp.group(out[i])
+    acc, dup = warp.merge_bits(mask, n)
+    out[i] = acc + dup
 
-    def k_merge(ctx, n, out):
-        i = cuda.grid(1)
-        mask, leader, rank, lanes = warp.group(out[i])
-        acc, dup = warp.merge_bits(mask, n)
-        out[i] = acc + dup
 
-    ptx, _ = aot.compile_ptx(k_merge, SIG, cc=(9, 0))
-    m = re.search(r"match\.any\.sync\.b64\s+(%r\d+),", ptx)
+def _merge_ptx(cc):
+    return aot.compile_ptx(k_merge, SIG, cc=cc)[0]
+
+
+def _merge_mask_zero_extended(ptx):
+    m = re.search(r"match\.any\.sync\.b(?:32|64)\s+(%r\d+),", ptx)
     if m is None:
         return False
     reg = re.escape(m.group(1))
@@ -261,6 +309,8 @@ def main(argv=None):
     p.add_argument("--cc", nargs="+", default=["75", "90"], help="compute capabilities, e.g. 75 80 90")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--traps", action="store_true", help="also report the compile traps")
+    p.add_argument("--no-paths", action="store_true",
+                   help="skip the walked path lengths (devalloc.paths, sm_90)")
     a = p.parse_args(argv)
     ccs = [(int(c[:-1]), int(c[-1])) for c in a.cc]
     problem = missing()
@@ -269,16 +319,28 @@ def main(argv=None):
         return EXIT_MISSING
     rows = measure(ccs)
     result = {"probes": rows}
+    if not a.no_paths:
+        from . import paths
+
+        result["paths"] = paths.measure((9, 0))
+        result["paths_floor"] = paths.floor((9, 0))
     if a.traps:
         result["traps"] = check_traps()
     if a.json:
         json.dump(result, sys.stdout)
         print()
         return 0
-    cols = ["kernel", "arch", "registers", "spill_bytes", "sass_instructions", "sass_atomics", "extra_instructions"]
+    cols = ["kernel", "arch", "registers", "spill_bytes", "sass_instructions", "sass_atomics",
+            "sass_membar_sc", "extra_instructions"]
     print("  ".join(f"{c:>17}" for c in cols))
     for r in rows:
         print("  ".join(f"{r.get(c, ''):>17}" for c in cols))
+    if "paths" in result:
+        print(f"\nSASS instructions executed on sm_90 (floor, one atomic add: "
+              f"{result['paths_floor']}):")
+        for name, r in result["paths"].items():
+            top = ", ".join(f"{f} {n}" for f, n in list(r["by_function"].items())[:4])
+            print(f"{name:>17}  {r['instructions']:4}  {r['what']}\n{'':>23}{top}")
     if a.traps:
         print(result["traps"])
     return 0

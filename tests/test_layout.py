@@ -161,3 +161,37 @@ def test_every_metadata_index_fits_32_bits():
     # devalloc.device._meta._at zero-extends metadata indices from 32 bits on
     # the GPU (so numba drops its negative-index code): they must fit.
     assert L.meta_words(L.MAX_PAGES) < 2**31
+
+
+def test_slab_class_tables_hold_the_layouts_sizes():
+    # devalloc.device.slab looks the class sizes and slab capacities up in
+    # constant memory instead of computing them (issue 13).
+    from devalloc.device import slab
+
+    assert list(slab.CLASS_SIZES) == [L.class_size(c) for c in range(L.NCLASSES)]
+    assert list(slab.CLASS_BLOCKS) == [L.class_blocks(c) for c in range(L.NCLASSES)]
+
+
+def test_free_divides_by_the_block_size_exactly_with_a_multiply_shift():
+    # free's block index is (rel * ceil(2**32 / size)) >> 32: exact for every
+    # class and every offset in a page (no division on the free path).
+    import numpy as np
+
+    from devalloc.device import slab
+
+    rel = np.arange(L.PAGE, dtype=np.uint64)
+    for c in range(L.NCLASSES):
+        recip = np.uint64(slab.CLASS_RECIPS[c])
+        assert recip < 2**32
+        got = (rel * recip) >> np.uint64(32)
+        assert np.array_equal(got, rel // np.uint64(L.class_size(c))), c
+
+
+@pytest.mark.parametrize("m", [0, 1, 0x80000000, 0b1011_0010_0000_0001, 0xFFFFFFFF, 0x12345678])
+def test_slab_lowest_bits_is_layouts_in_32_bits(m):
+    import numpy as np
+
+    from devalloc.device import slab
+
+    for k in (0, 1, 2, 5, 32):
+        assert int(slab._lowest.py_func(np.uint32(m), k)) == L.lowest_bits(m, k)

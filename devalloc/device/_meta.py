@@ -5,11 +5,19 @@ every device function (docs/correctness.md gives the arguments):
 
 * every metadata index goes through :func:`_at`;
 * every shared word is changed by an atomic, with a comment naming the word,
-  the operation and who races with it; plain loads only produce guesses
-  that a later atomic validates;
+  the operation and who races with it; loads (``_load``, relaxed) only
+  produce guesses that a later atomic validates;
+* ordering comes from the atomics themselves, never from
+  ``cuda.threadfence()`` (an SC fence): the atomic that hands a block or a
+  page over is ``_acquire_*`` on the taking side and ``_release_*`` on the
+  giving side (or follows ``_fence_acq_rel``); counters, hints and guesses
+  stay relaxed (``cuda.atomic.*``, ``_load``). These names are inline PTX
+  on a GPU (:mod:`devalloc.device.ptx`) and numba's atomics on the
+  simulator (:mod:`devalloc.sim.ordered`);
 * ``cuda`` and ``warp`` are used as module globals (``from numba import
   cuda``, ``from . import warp``): the interleaving explorer swaps exactly
-  those names (tests/test_explorer.py rejects other import forms).
+  those names (tests/test_explorer.py rejects other import forms) and the
+  ordered atomics above.
 """
 
 from numba import config, cuda, int64, uint32
@@ -31,9 +39,49 @@ if config.ENABLE_CUDASIM:
         """
         return i
 
-    _popc32 = L.popc32
+    def _popc32(x):
+        """The simulator's ``_popc32``: layout.popc32 on a Python int (no
+        NumPy 32-bit overflow in its multiply)."""
+        return L.popc32(int(x))
+
+    def _opaque(x):
+        """The simulator's ``_opaque``: ``x`` itself."""
+        return x
+
+    def _tie(x, anchor):
+        """The simulator's ``_tie``: ``x`` itself."""
+        return x
+
+    def _lo32(x):
+        """The simulator's ``_lo32``: the low 32 bits of ``x``."""
+        return uint32(int(x) & 0xFFFFFFFF)
+
+    from ..sim.ordered import (  # noqa: F401 (plain atomics with the GPU names)
+        _acquire_and,
+        _acquire_cas,
+        _fence_acq_rel,
+        _load,
+        _release_add,
+        _release_cas,
+        _release_exch,
+        _release_or,
+        _store,
+    )
 
 else:
+    from .ptx import (  # noqa: F401 (inline PTX: ordered atomics, relaxed loads)
+        _acquire_and,
+        _acquire_cas,
+        _fence_acq_rel,
+        _load,
+        _opaque,
+        _release_add,
+        _release_cas,
+        _release_exch,
+        _release_or,
+        _store,
+        _tie,
+    )
 
     @cuda.jit(device=True)
     def _at(i):
@@ -42,9 +90,24 @@ else:
         Every metadata index is below 2**31 (MAX_PAGES bounds the heap).
         Numba wraps negative indices around for loads, stores and atomics;
         zero-extending a 32-bit value lets the compiler drop that code, which
-        saves instructions and registers at every metadata access.
+        saves instructions and registers at every metadata access. The
+        32-bit value goes through ``_opaque``: otherwise NVVM folds the
+        truncation and the extension into a mask on the 64-bit index and
+        computes it in 64 bits; through it, the index is 32-bit arithmetic
+        and the address one wide multiply-add.
         """
-        return int64(uint32(i))
+        return int64(_opaque(uint32(i)))
+
+    @cuda.jit(device=True)
+    def _lo32(x):
+        """Return the low 32 bits of ``x`` as a 32-bit value NVVM keeps 32-bit.
+
+        A plain ``uint32(x)`` of a 64-bit value is folded back into a mask
+        on the 64-bit value, so everything computed from it (compares,
+        shifts, sums) stays 64-bit: two instructions each on the GPU. Through
+        ``_opaque`` it is a real 32-bit register.
+        """
+        return _opaque(uint32(x))
 
     @cuda.jit(device=True)
     def _popc32(x):
@@ -61,10 +124,22 @@ else:
 
 
 @cuda.jit(device=True)
+def _npages(ctx):
+    """Return the heap's page count, as a value the compiler knows is >= 0.
+
+    Below 2**25 (MAX_PAGES); zero-extended from 32 bits like ``_at``, so that
+    divisions of it by constants are shifts, not signed divisions.
+    """
+    return int64(_lo32(ctx.arena.shape[0] >> L.PAGE_SHIFT))
+
+
+@cuda.jit(device=True)
 def _warp_number():
     # The warp's number in the grid (1-D numbering; any value is correct,
     # it only spreads warps over hint slots and bitmap words).
-    return (cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x) >> L.WARP_SHIFT
+    # 32-bit arithmetic (a grid's threads wrap around 2**32: still a number).
+    t = uint32(uint32(cuda.blockIdx.x) * uint32(cuda.blockDim.x)) + uint32(cuda.threadIdx.x)
+    return uint32(uint32(t) >> L.WARP_SHIFT)
 
 
 @cuda.jit(device=True)

@@ -14,7 +14,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import warp
-from ._meta import RETRIES, _count
+from ._meta import RETRIES, _acquire_cas, _count, _load, _npages, _release_cas
 from .pages import _alloc_pages, _free_pages
 
 
@@ -30,14 +30,15 @@ def _claim(meta, npages, total, cnt):
     """
     chunk_pages = L.bump_chunk_pages(npages)
     chunk_bytes = chunk_pages << L.PAGE_SHIFT
-    w = meta[L.H_BUMP]  # guess, validated by the cas
+    w = _load(meta, L.H_BUMP)  # guess, validated by the cas
     for _ in range(RETRIES):
         page = L.bump_page(w)
         count = L.bump_count(w)
         cursor = L.bump_cursor(w)
         if page >= 0 and cursor + total <= chunk_bytes and count + cnt <= L.BUMP_COUNT_MAX:
-            # H_BUMP: cas, races with every bump allocator.
-            old = cuda.atomic.cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)
+            # H_BUMP: cas, races with every bump allocator. Acquire: the
+            # chunk's pages as their installer took them (its release cas).
+            old = _acquire_cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)
             if old == w:
                 return (page << L.PAGE_SHIFT) + cursor
             w = old
@@ -46,14 +47,16 @@ def _claim(meta, npages, total, cnt):
         if q < 0:
             # No free run: maybe because other threads hold pages for a chunk
             # of their own right now. If one of them installed it, use it.
-            now = meta[L.H_BUMP]
+            now = _load(meta, L.H_BUMP)
             if now == w:
                 return L.NULL
             w = now
             continue
         new = L.pack_bump(q, cnt, total)
         # H_BUMP: cas from the full chunk to ours; exactly one installer wins.
-        old = cuda.atomic.cas(meta, L.H_BUMP, w, new)
+        # Release: our acquiring page takes come before every later claim's
+        # acquire of this word.
+        old = _release_cas(meta, L.H_BUMP, w, new)
         if old == w:
             if count:
                 # H_BUMP_DONE: add, once per chunk replaced.
@@ -74,13 +77,14 @@ def bump(ctx, nbytes):
     Atomics: one ``cas`` per group of lanes bumping the same size at once
     (one per converged warp), plus a chunk's page claims every
     ``BUMP_CHUNK_PAGES`` pages; blocks over half a chunk take their own pages
-    (their page claims and one ``add``). Then one ``threadfence`` (acquire).
+    (their page claims and one ``add``). The claim is an acquire (no fence);
+    the lanes of a group sync with their leader after it.
 
     :returns: the offset, or ``devalloc.NULL`` if ``nbytes <= 0``, if it is
         larger than the arena, or if the heap is full; counted in ``failed``.
     """
     meta = ctx.meta
-    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
+    npages = _npages(ctx)
     n = int64(nbytes)
     off = int64(L.NULL)
     if n > 0 and n <= (npages << L.PAGE_SHIFT):
@@ -98,12 +102,12 @@ def bump(ctx, nbytes):
                 if rank == 0:
                     base = _claim(meta, npages, size * lanes, lanes)
                 base = warp.share(mask, leader, base)
+                if lanes > 1:
+                    warp.sync(mask)  # the leader's acquire before each lane's accesses
                 if base != L.NULL:
                     off = base + rank * size
             else:
                 off = _claim(meta, npages, size, 1)
     if off == L.NULL:
         _count(meta, L.S_FAILED)
-    else:
-        cuda.threadfence()  # acquire: our accesses to the block follow the claim
     return off

@@ -4,7 +4,7 @@
 invalid), form the warp group of lanes asking for the same class
 (:mod:`devalloc.device.warp`), serve it (:mod:`devalloc.device.slab` for
 blocks up to MAX_SMALL, :mod:`devalloc.device.pages` for whole pages), then
-count a failure or fence the claim. ``free`` finds the page's kind from its
+count a failure (the claim's atomic is an acquire: no fence). ``free`` finds the page's kind from its
 state word and hands the block to the slab or page path. Every shared word,
 the invariants and the memory-ordering argument: docs/correctness.md.
 Callers: the public dispatchers in :mod:`devalloc.device.api` (and the debug
@@ -15,14 +15,14 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import warp
-from ._meta import _at, _count
+from ._meta import _at, _count, _lo32, _load, _npages
 from .pages import _alloc_large, _free_large
-from .slab import _alloc_small, _free_small
+from .slab import _alloc_small, _free_small, _size_class
 
 
 @cuda.jit(device=True)
 def _alloc_uncounted(meta, npages, nbytes):
-    """``alloc`` without the failure count and the fence; offset or NULL.
+    """``alloc`` without the failure count; offset or NULL.
 
     Every lane calls ``warp.group`` once: lanes asking for the same size
     class form a group; the others a group of one each.
@@ -32,7 +32,7 @@ def _alloc_uncounted(meta, npages, nbytes):
     c = int64(0)
     key = warp.solo_key()
     if small:
-        c = L.size_class(n)
+        c = int64(_size_class(n))
         key = c
     mask, leader, rank, lanes = warp.group(key)
     if small:
@@ -55,19 +55,18 @@ def alloc(ctx, nbytes):
     group of one) while the slab has never-used blocks; reusing freed blocks
     adds one ``and`` on a bitmap word per group. Large blocks: one ``cas``
     per page. Plus the pages-used ``add`` and peak ``max`` when a page is
-    taken, and the hint ``exch`` when a group moves to another page. Then
-    one ``threadfence`` (acquire).
+    taken, and the hint ``exch`` when a group moves to another page. The
+    claiming atomic is an acquire (no fence): the caller's accesses to the
+    block come after the previous owner's (docs/correctness.md).
 
     :returns: the offset, or ``devalloc.NULL`` if ``nbytes <= 0``, if it is
         larger than the arena, or if no space is found; NULL results are
         counted in ``failed``.
     """
     meta = ctx.meta
-    off = _alloc_uncounted(meta, ctx.arena.shape[0] >> L.PAGE_SHIFT, nbytes)
+    off = _alloc_uncounted(meta, _npages(ctx), nbytes)
     if off == L.NULL:
         _count(meta, L.S_FAILED)
-    else:
-        cuda.threadfence()  # acquire: our accesses to the block follow the claim
     return off
 
 
@@ -80,11 +79,11 @@ def free(ctx, off):
     block, outside the heap) changes nothing and is counted in
     ``invalid_frees``.
 
-    Atomics: one ``threadfence`` (release), then for small blocks one ``or``
-    on the bitmap word and one ``add`` on the page state word per group of
-    lanes of a warp freeing blocks of the same bitmap word (a lone lane is a
-    group of one), plus the retire (a ``cas``, an ``exch`` and the pages-used
-    ``add``) when the slab empties; for a large block one ``cas`` on its
+    Atomics: for small blocks one ``or`` on the bitmap word and one ``add``
+    on the page state word (both release) per group of lanes of a warp
+    freeing blocks of the same bitmap word (a lone lane is a group of one),
+    plus the retire (a ``cas``, an ``exch`` and the pages-used ``add``) when
+    the slab empties; for a large block a release fence, one ``cas`` on its
     head page, one ``and`` per tail page and the pages-used ``add``.
 
     :returns: 1 if a block was freed (or ``off`` is NULL), 0 for an invalid
@@ -95,18 +94,17 @@ def free(ctx, off):
     if o == L.NULL:
         warp.join_alone()  # free: no group (simulator: joins the rendezvous)
         return 1
-    npages = ctx.arena.shape[0] >> L.PAGE_SHIFT
+    npages = _npages(ctx)
     ok = 0
     inside = o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0
-    p = o >> L.PAGE_SHIFT
-    rel = o - (p << L.PAGE_SHIFT)
+    p = _lo32(o >> L.PAGE_SHIFT)  # 32 bits, so metadata indices are 32-bit sums
+    rel = o & (L.PAGE - 1)
     s = int64(0)
     if inside:
-        # Release: our writes to the block are ordered before the atomic that
-        # frees it. Being before the load, the fence also orders the load
-        # after whatever made this offset known to us (docs/correctness.md).
-        cuda.threadfence()
-        s = meta[_at(L.state_word(p))]  # see "Known limits"
+        # A relaxed load: it reads the claim that handed this block out or a
+        # later value, since that claim happened before this call (our own
+        # alloc, or another thread's passed on with release and acquire).
+        s = _load(meta, _at(L.state_word(p)))  # see "Known limits"
     t = L.state_tag(s)
     if inside and L.is_slab_tag(t):
         ok = _free_small(meta, npages, p, s, rel)

@@ -14,6 +14,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import core
+from ._meta import _load
 
 @cuda.jit(device=True)
 def _record(debug, kind, off):
@@ -39,7 +40,7 @@ def _block_size(meta, npages, off):
         return 0
     p = off >> L.PAGE_SHIFT
     rel = off - (p << L.PAGE_SHIFT)
-    s = meta[L.state_word(p)]
+    s = _load(meta, L.state_word(p))
     t = L.state_tag(s)
     if t == L.TAG_HEAD:
         if rel != 0:
@@ -53,7 +54,7 @@ def _block_size(meta, npages, off):
         return 0
     if b >= L.slab_cursor(s):
         return 0  # never handed out
-    word = meta[L.bitmap_word(npages, p, b >> L.WORD_SHIFT)]
+    word = _load(meta, L.bitmap_word(npages, p, b >> L.WORD_SHIFT))
     if (word >> (b & (L.BITS_PER_WORD - 1))) & 1:
         return 0  # freed
     return size
@@ -92,7 +93,6 @@ def free(ctx, off):
         return core.free(ctx, o)  # nothing to free, but the lane joins its group
     arena = ctx.arena
     npages = arena.shape[0] >> L.PAGE_SHIFT
-    cuda.threadfence()
     size = _block_size(ctx.meta, npages, o)
     if size == 0:
         _record(ctx.debug, L.KIND_INVALID_FREE, o)

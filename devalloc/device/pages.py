@@ -10,7 +10,8 @@ is an atomic named below; the ordering argument is in docs/correctness.md.
 from numba import cuda
 
 from .. import layout as L
-from ._meta import RETRIES, _at, _fold, _note_fold, _pages_changed
+from ._meta import (RETRIES, _acquire_cas, _at, _fence_acq_rel, _fold, _load, _note_fold,
+                    _pages_changed)
 
 #: Passes of the large-block scan, repeated only while claims collided.
 LARGE_PASSES = 8
@@ -25,7 +26,7 @@ def _take_page(meta, q, head_k, tag):
     Atomics: ``cas`` on the state word (<= RETRIES).
     """
     idx = L.state_word(q)
-    s = meta[_at(idx)]
+    s = _load(meta, _at(idx))
     for _ in range(RETRIES):
         if L.state_tag(s) != L.TAG_FREE:
             return 0
@@ -35,7 +36,8 @@ def _take_page(meta, q, head_k, tag):
         else:
             new, folded = _head_word(s, head_k, tag)
         # State word: cas, races with slab reservers and other large claims.
-        old = cuda.atomic.cas(meta, _at(idx), s, new)
+        # Acquire: the page's previous owner's accesses come before ours.
+        old = _acquire_cas(meta, _at(idx), s, new)
         if old == s:
             _note_fold(meta, folded)
             return 1
@@ -95,7 +97,7 @@ def _alloc_pages(meta, npages, k, tag):
         run = 0
         p = npages - 1
         while p >= 0:
-            if L.state_tag(meta[_at(L.state_word(p))]) == L.TAG_FREE:  # guess
+            if L.state_tag(_load(meta, _at(L.state_word(p)))) == L.TAG_FREE:  # guess
                 run += 1
             else:
                 run = 0
@@ -129,7 +131,7 @@ def _crown(meta, p, k, tag):
     one ``exch`` suffices (plus the fold ``add`` when the count folds).
     """
     idx = L.state_word(p)
-    new, folded = _head_word(meta[_at(idx)], k, tag)
+    new, folded = _head_word(_load(meta, _at(idx)), k, tag)
     # State word: exch on our own tail page.
     cuda.atomic.exch(meta, _at(idx), new)
     _note_fold(meta, folded)
@@ -146,13 +148,15 @@ def _free_pages(meta, p, tag):
     """Return the run whose head (tagged ``tag``) is page ``p``; 1, or 0 if none.
 
     Atomics: the pages-used ``add``, one ``cas`` on the head, one ``and`` per
-    tail page.
+    tail page, after one release fence (the run's accesses before any of
+    them: ``fence.acq_rel``, one for every page).
     """
     idx = L.state_word(p)
-    s = meta[_at(idx)]  # guess; a live head changes only when it is freed
+    s = _load(meta, _at(idx))  # guess; a live head changes only when it is freed
     if L.state_tag(s) != tag:
         return 0
     k = L.state_n(s)
+    _fence_acq_rel()
     _pages_changed(meta, -k)
     # State word: cas head -> free; of two racing frees exactly one wins.
     if cuda.atomic.cas(meta, _at(idx), s, L.state_keep_count(s)) != s:

@@ -8,11 +8,12 @@ lanes take part, so this is safe in divergent code: a lane never waits for
 a lane that is not there. No function here performs an atomic.
 
 On the GPU these are ``activemask``, ``match_any_sync``, ``lanemask_lt``,
-``popc`` and ``shfl_sync``. On the simulator, which has no warp intrinsics,
-the same names come from :mod:`devalloc.sim.warp`.
+``popc`` and ``shfl_sync`` (and ``redux.sync`` on sm_80 and later). On the
+simulator, which has no warp intrinsics, the same names come from
+:mod:`devalloc.sim.warp`.
 """
 
-from numba import config, cuda, int64
+from numba import config, cuda, int32, int64, uint32
 
 if config.ENABLE_CUDASIM:
     from ..sim.warp import (  # noqa: F401 (this module's API on the simulator)
@@ -26,6 +27,7 @@ if config.ENABLE_CUDASIM:
     )
 
 else:
+    from .ptx import _has_redux, _redux_or
 
     @cuda.jit(device=True)
     def group(key):
@@ -35,7 +37,9 @@ else:
         (true for lanes that are active together at ``activemask``).
         """
         active = cuda.activemask()
-        mask = cuda.match_any_sync(active, int64(key))
+        # Every key fits 32 bits (metadata indices, classes, bump sizes, and
+        # the negative solo keys): one 32-bit match.
+        mask = cuda.match_any_sync(active, int32(key))
         leader = cuda.ffs(mask) - 1
         rank = cuda.popc(mask & cuda.lanemask_lt())
         return mask, leader, rank, cuda.popc(mask)
@@ -49,9 +53,15 @@ else:
     def merge_bits(mask, value):
         """Return (OR of ``value`` over ``mask``, whether a lower lane has ``value``).
 
-        Every lane of ``mask`` must call. One ``shfl_sync`` per lane of the
+        ``value`` is a 32-bit mask (bits of one bitmap word). Every lane of
+        ``mask`` must call. sm_80 and later: one ``redux.sync.or`` and one
+        ``match.any.sync`` for the group (the choice is made when NVVM
+        compiles for the target). Before: one ``shfl_sync`` per lane of the
         group.
         """
+        if _has_redux():
+            same = cuda.match_any_sync(mask, uint32(value))
+            return int64(_redux_or(mask, value)), (same & cuda.lanemask_lt()) != 0
         me = cuda.laneid
         acc = int64(0)
         dup = False
@@ -71,7 +81,7 @@ else:
     @cuda.jit(device=True)
     def solo_key():
         """Return a ``group`` key no other lane of the warp uses."""
-        return int64(-2 - cuda.laneid)
+        return int32(-2 - cuda.laneid)
 
     @cuda.jit(device=True)
     def join_alone():
@@ -83,8 +93,9 @@ else:
     def sync(mask):
         """Order the memory accesses of the lanes of ``mask`` (``syncwarp``).
 
-        A shuffle carries a value but is no memory-ordering edge; where one
-        lane's atomic acts for the group, ``__syncwarp`` orders the other
-        lanes' fenced accesses with it.
+        A shuffle carries a value but is no memory-ordering edge; where the
+        leader's acquire or release atomic acts for the group, ``__syncwarp``
+        orders the other lanes' accesses after or before it
+        (docs/correctness.md, "Memory ordering").
         """
         cuda.syncwarp(mask)

@@ -89,6 +89,7 @@ def reserve_plain_update(meta, npages, p, c, want):
     idx = L.STATE_BASE + p
     tag = L.slab_tag(c)
     cap = L.class_blocks(c)
+    want = int(want)  # _find passes a 32-bit count
     s = meta[idx]
     t = s & L.TAG_MASK
     first = 0
@@ -150,14 +151,18 @@ def free_small_leader_bit_only(meta, npages, p, s, rel):
     mask, leader, rank, lanes = warp.group(widx)
     if bit == 0:
         return 0
-    bits, dup = warp.merge_bits(mask, bit)
+    bits = bit
+    dup = False
+    if lanes > 1:
+        bits, dup = warp.merge_bits(mask, bit)
     old = int64(0)
     if rank == 0:
         old = cuda.atomic.or_(meta, widx, bit)  # BUG: bit, not the group's bits
         freed = L.popc32(bits & ~old)
         if freed:
             _release_slots(meta, npages, p, freed, False)
-    old = warp.share(mask, leader, old)
+    if lanes > 1:
+        old = warp.share(mask, leader, old)
     if old & bit or dup:
         return 0
     return 1

@@ -329,12 +329,16 @@ def _one(m, result, choose, seed):
 def access_sites():
     """Return ``(file, line)`` of every metadata access in the device modules.
 
-    Found in the source: each ``cuda.atomic.*`` call and each ``meta[...]``
-    of the modules of :func:`machine.device_modules`. Compare with
-    :attr:`Result.points` to see which ones an exploration executed.
+    Found in the source: each ``cuda.atomic.*`` call, each ``meta[...]`` and
+    each call of an ordered atomic or relaxed access (``_acquire_cas(...)``,
+    ``_load(...)``: :data:`devalloc.sim.ordered.KINDS`) of the modules of
+    :func:`machine.device_modules`. Compare with :attr:`Result.points` to
+    see which ones an exploration executed.
     """
     import ast
     import inspect
+
+    from ..sim.ordered import KINDS
 
     sites = set()
     for mod in device_modules():
@@ -347,6 +351,8 @@ def access_sites():
             elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                   and isinstance(node.func.value, ast.Attribute)
                   and node.func.value.attr == "atomic"):
+                sites.add((path, node.lineno))
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in KINDS:
                 sites.add((path, node.lineno))
     return sites
 

@@ -13,6 +13,10 @@ those modules' globals are changed, and restored afterwards:
   the logical thread that runs;
 * every dispatcher global (``_reserve``, ``_alloc_large``, ``alloc``...)
   becomes its ``py_func``, so device functions call each other directly;
+* every ordered atomic and relaxed load or store (``_acquire_cas``,
+  ``_load``..., :data:`devalloc.sim.ordered.KINDS`) becomes one scheduling
+  point of its kind, like ``cuda.atomic.*`` and ``meta[i]`` (the explorer
+  is sequentially consistent: acquire and release change nothing here);
 * ``warp`` becomes a :class:`~devalloc.testing.groups.FakeWarp`: a thread is
   a lane alone, or acts for a whole warp group in the ``alloc_group`` and
   ``free_group`` operations (:mod:`devalloc.testing.groups`).
@@ -370,6 +374,21 @@ def _is_dispatcher(v):
     return hasattr(v, "py_func") and callable(v) and not isinstance(v, type)
 
 
+def _access_point(kind):
+    """Return the explored stand-in of an ordered atomic or relaxed access."""
+
+    def access(meta, i, *vals):
+        return meta.access(kind, i, *vals)
+
+    return access
+
+
+def _ordered_stand_ins():
+    from ..sim.ordered import KINDS
+
+    return {name: _access_point(kind) for name, kind in KINDS.items()}
+
+
 def rebind(fn, module):
     """Return ``fn`` with ``module``'s globals: a drop-in for one of its functions."""
     return types.FunctionType(fn.__code__, module.__dict__, fn.__name__,
@@ -399,6 +418,7 @@ def installed(overrides=None):
     what the function it replaces sees). Yields the fake module. One at a time.
     """
     overrides = dict(overrides or {})
+    ordered = _ordered_stand_ins()
     fake = FakeCuda()
     fake_warp = groups.FakeWarp(lambda: getattr(_tls, "thread", None))
     from ..device import api as real_api
@@ -430,6 +450,8 @@ def installed(overrides=None):
                     new = fake_api
                 elif _is_dispatcher(v):
                     new = v.py_func
+                elif name in ordered and callable(v):
+                    new = ordered[name]
                 if name in overrides:
                     new = home.get(name) or rebind(overrides[name], mod)
                 if new is not None:
