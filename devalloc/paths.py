@@ -274,14 +274,14 @@ _SC = "device/scope.py"
 PATHS = {
     "alloc_fresh_slab": PathSpec(
         "alloc", "alloc(ctx, 64) by one lane, from the hinted slab's never-used blocks", (
-            At(_C, "return _alloc_small(meta, npages, c, mask, leader, rank, lanes)"),
+            At(_C, "return _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof)"),
             At(_S, "first = uint32(_lo32(s >> L.CURSOR_SHIFT)"),
             At(_S, "return L.bump_grant(p, int64(first), int64(got))"),
             At(_S, "return _grant_offset(g, uint32(0), c)"),
         )),
     "alloc_reuse": PathSpec(
         "alloc", "alloc(ctx, 64) by one lane, from the hinted slab's freed blocks (all bumped)", (
-            At(_C, "return _alloc_small(meta, npages, c, mask, leader, rank, lanes)"),
+            At(_C, "return _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof)"),
             At(_S, "live = uint32(_lo32(s >> L.N_SHIFT)"),
             At(_S, "return w, _lowest(free, want)"),
             At(_S, "out = uint32(out | low)"),
@@ -291,26 +291,26 @@ PATHS = {
         )),
     "free_lone": PathSpec(
         "free", "free of a live block by one lane; its slab keeps other live blocks", (
-            At(_C, "ok = _free_small(meta, npages, p, s, rel)"),
+            At(_C, "ok = _free_small(meta, npages, p, s, rel, _prof_of(ctx))"),
             At(_S, "widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))"),
             At(_S, "old = _release_or(meta, _at(widx), int64(bits))"),
-            At(_S, "_release_slots(meta, npages, p, freed, False)"),
+            At(_S, "_release_slots(meta, npages, p, freed, False, prof)"),
             At(_S, "if old & bit or dup:"),
         )),
     "free_warp32": PathSpec(
         "free", "a converged warp freeing 32 live blocks of one bitmap word (the leader's "
         "path, which the warp issues); the slab keeps other live blocks", (
-            At(_C, "ok = _free_small(meta, npages, p, s, rel)"),
+            At(_C, "ok = _free_small(meta, npages, p, s, rel, _prof_of(ctx))"),
             At(_S, "widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))"),
             At(_S, "bits, dup = warp.merge_bits(mask, bit)"),
             At(_S, "old = _release_or(meta, _at(widx), int64(bits))"),
-            At(_S, "_release_slots(meta, npages, p, freed, False)"),
+            At(_S, "_release_slots(meta, npages, p, freed, False, prof)"),
             At(_S, "old = warp.share(mask, leader, old)"),
             At(_S, "if old & bit or dup:"),
         ), lone=False),
     "bump": PathSpec(
         "bump", "bump(ctx, n) by one lane, from the current chunk", (
-            At(_B, "base = _claim(meta, npages, size * lanes, lanes)"),
+            At(_B, "base = _claim(meta, npages, size * lanes, lanes, _prof_of(ctx))"),
             At(_B, "return (page << L.PAGE_SHIFT) + cursor"),
             At(_B, "off = base + rank * size"),
         )),

@@ -90,7 +90,8 @@ def test_exploration_reaches_every_metadata_access_but_the_undo():
     sites = {(f, n) for f, n in explorer.access_sites() if not f.endswith(unexplored)}
     missing = {(f, n) for f, n in sites - covered}
     lines = {(f, n): open(f).read().splitlines()[n - 1].strip() for f, n in missing}
-    assert [s for s in lines.values() if "H_ALLOC_UNDO" not in s] == []
+    # Profile counters (prof.prof) are observed heaps' only, not explored.
+    assert [s for s in lines.values() if "H_ALLOC_UNDO" not in s and "prof.prof" not in s] == []
     assert len(sites) >= 20  # the scan found the device code's accesses
 
 

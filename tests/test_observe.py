@@ -255,3 +255,72 @@ def test_replay_command(tmp_path):
                       (["replay", str(path), "--capacity", "1000"], "at least")):
         proc = _cli(args, tmp_path)
         assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------- inner counters
+
+@cuda.jit
+def k_alloc_keep(ctx, n, out):
+    i = cuda.grid(1)
+    if i < out.shape[0]:
+        out[i] = devalloc.alloc(ctx, n)
+
+
+@cuda.jit
+def k_free_all(ctx, offs):
+    i = cuda.grid(1)
+    if i < offs.shape[0]:
+        devalloc.free(ctx, offs[i])
+
+
+def test_inner_counters_follow_slabs_pages_and_hints():
+    heap = devalloc.Heap(L.capacity_for_pages(16), profile=True)
+    offs = cuda.to_device(np.zeros(3, np.int64))
+    k_alloc_keep[1, 1](heap.ctx, 8192, offs[:1])
+    p = heap.usage().profile
+    assert (p["slabs_taken"], p["pages_scanned"], p["hint_moves"]) == (1, 1, 0)
+    k_alloc_keep[1, 1](heap.ctx, 8192, offs[1:2])  # the slab's second block
+    k_alloc_keep[1, 1](heap.ctx, 8192, offs[2:])   # full: the next page, the hint moves
+    p = heap.usage().profile
+    assert p["slabs_taken"] == 2 and p["hint_moves"] == 1 and p["pages_scanned"] == 4
+    k_free_all[1, 3](heap.ctx, offs)
+    p = heap.usage().profile
+    assert p["slabs_retired"] == 2 and heap.usage().reserved == 0
+    big = cuda.to_device(np.zeros(1, np.int64))
+    k_alloc_keep[1, 1](heap.ctx, 3 * L.PAGE, big)
+    p = heap.usage().profile
+    assert p["large_scans"] == 1 and p["pages_scanned"] == 4 + 3  # top-down: 3 pages
+    assert (p["failed_too_big"], p["failed_no_page"], p["failed_nonpositive"]) == (0, 0, 0)
+
+
+@cuda.jit
+def k_churn(ctx, out):
+    i = cuda.grid(1)
+    for r in range(4):
+        off = devalloc.alloc(ctx, 4096)
+        devalloc.free(ctx, off)
+    out[i] = devalloc.bump(ctx, 48)
+
+
+def test_cas_retries_are_exactly_the_lost_cas():
+    import sys
+
+    from devalloc.sim.atomics import count_atomics
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(5e-6)
+    lost = 0
+    try:
+        for _ in range(5):  # until the interleaving made some cas lose
+            heap = devalloc.Heap(L.capacity_for_pages(4), profile=True)
+            with count_atomics() as n:
+                k_churn[1, 16](heap.ctx, cuda.to_device(np.zeros(16, np.int64)))
+            # Every lost cas of the allocator (slab reserve, page take,
+            # retire, bump claim) is counted once, and nothing else is.
+            assert heap.usage().profile["cas_retries"] == n.cas_failed
+            lost += n.cas_failed
+            if lost:
+                break
+    finally:
+        sys.setswitchinterval(old)
+    assert lost > 0

@@ -190,3 +190,64 @@ def _note_fold(meta, folded):
     """Move ``folded`` allocations into H_ALLOC_FOLD (an ``add``) if nonzero."""
     if folded:
         cuda.atomic.add(meta, L.H_ALLOC_FOLD, folded)  # fold word: add, any thread
+
+
+# ------------------------------------------------------------ profile counters
+# Observed heaps (Heap(profile=True)) count inner events in ``ctx.prof``.
+# The paths pass ``prof``: the observed heap's ctx itself, or None for every
+# other heap (a device function may return an array argument's container,
+# not an array taken out of it). For None, ``_pcount`` compiles to nothing
+# (an @overload chosen while typing), so normal kernels carry no trace of it
+# (tests/test_compile.py checks the PTX).
+
+def _prof_of(ctx):
+    """Return ``ctx`` if it is an observed heap's (its ``prof`` counts), else None."""
+    return ctx if getattr(ctx, "prof", None) is not None else None
+
+
+def _pcount(prof, counter, n):
+    """Add ``n`` to profile ``counter`` (one ``add`` on the block's stripe); no-op for None."""
+    if prof is not None and prof.prof.shape[0] > 0 and n:
+        cuda.atomic.add(prof.prof, L.prof_word(cuda.blockIdx.x % L.PROF_STRIPES, counter), n)
+
+
+if config.ENABLE_CUDASIM:
+    # A simulated device function, so that the simulator (and the explorer)
+    # give it their ``cuda``; on the GPU the @overload below compiles it.
+    _pcount = cuda.jit(device=True)(_pcount)
+
+
+def _ptally(prof, k):
+    """Return ``k + 1`` on a profiled path, 0 otherwise: a local tally that
+    normal heaps' code does not keep at all (it is the constant 0 there)."""
+    return k + 1 if prof is not None else 0
+
+
+if not config.ENABLE_CUDASIM:
+    from numba.core import types as _types
+    from numba.cuda.extending import overload as _overload
+
+    @_overload(_prof_of, target="cuda")
+    def _prof_of_impl(ctx):
+        if "prof" in getattr(ctx, "fields", ()):
+            return lambda ctx: ctx
+        return lambda ctx: None
+
+    @_overload(_pcount, target="cuda")
+    def _pcount_impl(prof, counter, n):
+        if isinstance(prof, (_types.NoneType, _types.Omitted)):
+            return lambda prof, counter, n: None
+
+        def count(prof, counter, n):
+            # Profile stripe: add, contended only among counting threads of
+            # blocks sharing it; read by the host after a synchronization.
+            if prof.prof.shape[0] > 0 and n != 0:
+                cuda.atomic.add(prof.prof,
+                                L.prof_word(cuda.blockIdx.x % L.PROF_STRIPES, counter), n)
+        return count
+
+    @_overload(_ptally, target="cuda")
+    def _ptally_impl(prof, k):
+        if isinstance(prof, (_types.NoneType, _types.Omitted)):
+            return lambda prof, k: 0
+        return lambda prof, k: k + 1

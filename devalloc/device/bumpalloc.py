@@ -14,12 +14,12 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import warp
-from ._meta import RETRIES, _acquire_cas, _count, _load, _npages, _release_cas
+from ._meta import RETRIES, _acquire_cas, _count, _load, _npages, _pcount, _prof_of, _release_cas
 from .pages import _alloc_pages, _free_pages
 
 
 @cuda.jit(device=True)
-def _claim(meta, npages, total, cnt):
+def _claim(meta, npages, total, cnt, prof):
     """Claim ``total`` bytes for ``cnt`` blocks from the current chunk.
 
     Installs a new chunk when the current one cannot hold them (or uses the
@@ -42,8 +42,9 @@ def _claim(meta, npages, total, cnt):
             if old == w:
                 return (page << L.PAGE_SHIFT) + cursor
             w = old
+            _pcount(prof, L.P_CAS_RETRIES, 1)
             continue
-        q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP)
+        q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP, prof)
         if q < 0:
             # No free run: maybe because other threads hold pages for a chunk
             # of their own right now. If one of them installed it, use it.
@@ -91,7 +92,7 @@ def bump(ctx, nbytes):
         size = L.align_up(n)
         chunk_bytes = L.bump_chunk_pages(npages) << L.PAGE_SHIFT
         if size * 2 > chunk_bytes:
-            q = _alloc_pages(meta, npages, L.pages_for(size), L.TAG_BUMP)
+            q = _alloc_pages(meta, npages, L.pages_for(size), L.TAG_BUMP, _prof_of(ctx))
             if q >= 0:
                 cuda.atomic.add(meta, L.H_BUMP_DONE, 1)  # H_BUMP_DONE: add
                 off = q << L.PAGE_SHIFT
@@ -100,14 +101,14 @@ def bump(ctx, nbytes):
             if size * lanes <= chunk_bytes:
                 base = int64(L.NULL)
                 if rank == 0:
-                    base = _claim(meta, npages, size * lanes, lanes)
+                    base = _claim(meta, npages, size * lanes, lanes, _prof_of(ctx))
                 base = warp.share(mask, leader, base)
                 if lanes > 1:
                     warp.sync(mask)  # the leader's acquire before each lane's accesses
                 if base != L.NULL:
                     off = base + rank * size
             else:
-                off = _claim(meta, npages, size, 1)
+                off = _claim(meta, npages, size, 1, _prof_of(ctx))
     if off == L.NULL:
         _count(meta, L.S_FAILED)
     return off

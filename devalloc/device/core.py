@@ -15,13 +15,13 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import warp
-from ._meta import _at, _count, _lo32, _load, _npages
+from ._meta import _at, _count, _lo32, _load, _npages, _prof_of
 from .pages import _alloc_large, _free_large
 from .slab import _alloc_small, _free_small, _size_class
 
 
 @cuda.jit(device=True)
-def _alloc_uncounted(meta, npages, nbytes):
+def _alloc_uncounted(meta, npages, nbytes, prof):
     """``alloc`` without the failure count; offset or NULL.
 
     Every lane calls ``warp.group`` once: lanes asking for the same size
@@ -36,9 +36,9 @@ def _alloc_uncounted(meta, npages, nbytes):
         key = c
     mask, leader, rank, lanes = warp.group(key)
     if small:
-        return _alloc_small(meta, npages, c, mask, leader, rank, lanes)
+        return _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof)
     if n > 0 and n <= (npages << L.PAGE_SHIFT):
-        return _alloc_large(meta, npages, L.pages_for(n))
+        return _alloc_large(meta, npages, L.pages_for(n), prof)
     return int64(L.NULL)
 
 
@@ -64,7 +64,7 @@ def alloc(ctx, nbytes):
         counted in ``failed``.
     """
     meta = ctx.meta
-    off = _alloc_uncounted(meta, _npages(ctx), nbytes)
+    off = _alloc_uncounted(meta, _npages(ctx), nbytes, _prof_of(ctx))
     if off == L.NULL:
         _count(meta, L.S_FAILED)
     return off
@@ -107,7 +107,7 @@ def free(ctx, off):
         s = _load(meta, _at(L.state_word(p)))  # see "Known limits"
     t = L.state_tag(s)
     if inside and L.is_slab_tag(t):
-        ok = _free_small(meta, npages, p, s, rel)
+        ok = _free_small(meta, npages, p, s, rel, _prof_of(ctx))
     else:
         warp.join_alone()  # no group needed (simulator: joins the rendezvous)
         if inside and t == L.TAG_HEAD and rel == 0:

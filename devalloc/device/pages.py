@@ -11,14 +11,14 @@ from numba import cuda
 
 from .. import layout as L
 from ._meta import (RETRIES, _acquire_cas, _at, _fence_acq_rel, _fold, _load, _note_fold,
-                    _pages_changed)
+                    _pages_changed, _pcount, _ptally)
 
 #: Passes of the large-block scan, repeated only while claims collided.
 LARGE_PASSES = 8
 
 
 @cuda.jit(device=True)
-def _take_page(meta, q, head_k, tag):
+def _take_page(meta, q, head_k, tag, prof):
     """Turn free page ``q`` into a tail (head_k == 0) or a head of head_k pages.
 
     ``tag`` is the head's tag: TAG_HEAD (a large block, counted in allocs),
@@ -42,6 +42,7 @@ def _take_page(meta, q, head_k, tag):
             _note_fold(meta, folded)
             return 1
         s = old
+        _pcount(prof, L.P_CAS_RETRIES, 1)
     return 0
 
 
@@ -66,16 +67,16 @@ def _untail(meta, lo, hi):
 
 
 @cuda.jit(device=True)
-def _alloc_large(meta, npages, k):
+def _alloc_large(meta, npages, k, prof):
     """Allocate a large block of ``k`` pages; return its offset or NULL."""
-    p = _alloc_pages(meta, npages, k, L.TAG_HEAD)
+    p = _alloc_pages(meta, npages, k, L.TAG_HEAD, prof)
     if p < 0:
         return L.NULL
     return p << L.PAGE_SHIFT
 
 
 @cuda.jit(device=True)
-def _alloc_pages(meta, npages, k, tag):
+def _alloc_pages(meta, npages, k, tag, prof):
     """Take ``k`` contiguous free pages, highest addresses first; head page or -1.
 
     The head gets ``tag`` (TAG_HEAD or TAG_BUMP) and n = k.
@@ -92,27 +93,33 @@ def _alloc_pages(meta, npages, k, tag):
     most npages loads and npages + k ``cas``; a pass that lost a race is
     followed by another, up to LARGE_PASSES.
     """
+    seen = 0  # pages loaded and passes made (profiled heaps only)
+    scans = 0
     for _ in range(LARGE_PASSES):
+        scans = _ptally(prof, scans)
         contended = False
         run = 0
         p = npages - 1
         while p >= 0:
+            seen = _ptally(prof, seen)
             if L.state_tag(_load(meta, _at(L.state_word(p)))) == L.TAG_FREE:  # guess
                 run += 1
             else:
                 run = 0
             if run >= k:
                 if k == 1:
-                    if _take_page(meta, p, 1, tag):
+                    if _take_page(meta, p, 1, tag, prof):
                         _pages_changed(meta, 1)
+                        _profile_scan(prof, scans, seen)
                         return p
-                elif _take_page(meta, p, 0, tag):
+                elif _take_page(meta, p, 0, tag, prof):
                     q = p + 1
-                    while q < p + k and _take_page(meta, q, 0, tag):
+                    while q < p + k and _take_page(meta, q, 0, tag, prof):
                         q += 1
                     if q == p + k:
                         _crown(meta, p, k, tag)
                         _pages_changed(meta, k)
+                        _profile_scan(prof, scans, seen)
                         return p
                     _untail(meta, p, q)
                 contended = True
@@ -120,7 +127,15 @@ def _alloc_pages(meta, npages, k, tag):
             p -= 1
         if not contended:
             break
+    _profile_scan(prof, scans, seen)
     return -1
+
+
+@cuda.jit(device=True)
+def _profile_scan(prof, passes, seen):
+    # Profiled heaps: the large scan's passes and pages loaded.
+    _pcount(prof, L.P_LARGE_SCANS, passes)
+    _pcount(prof, L.P_PAGES_SCANNED, seen)
 
 
 @cuda.jit(device=True)

@@ -17,8 +17,8 @@ from numba import cuda, int32, int64, uint32, uint64
 from .. import layout as L
 from . import warp
 from ._meta import (RETRIES, _acquire_and, _acquire_cas, _at, _fold, _load, _note_fold, _opaque,
-                    _lo32, _pages_changed, _popc32, _release_add, _release_exch, _release_or,
-                    _store, _tie, _warp_number)
+                    _lo32, _pages_changed, _pcount, _popc32, _release_add, _release_exch,
+                    _release_or, _store, _tie, _warp_number)
 
 #: Passes of the small-block scan, repeated only while races were lost.
 SMALL_PASSES = 4
@@ -106,7 +106,7 @@ def _pick(meta, npages, p, cap, want, anchor):
 
 
 @cuda.jit(device=True)
-def _reserve(meta, npages, p, c, want):
+def _reserve(meta, npages, p, c, want, prof):
     """Win up to ``want`` blocks of class ``c`` on page ``p``; return a grant.
 
     A free page becomes a slab of class ``c``. Blocks come from the slab's
@@ -162,16 +162,18 @@ def _reserve(meta, npages, p, c, want):
                 _note_fold(meta, folded)
                 if t == L.TAG_FREE:
                     _pages_changed(meta, 1)
+                    _pcount(prof, L.P_SLABS_TAKEN, 1)
             if pick == 0:
                 return L.bump_grant(p, int64(first), int64(got))
             mine = _lo32(_take_bits(meta, L.bitmap_word(npages, p, w), int64(pick)))
             lost = uint32(got - uint32(_popc32(mine)))
             if lost:
-                _release_slots(meta, npages, p, int64(lost), True)
+                _release_slots(meta, npages, p, int64(lost), True, prof)
             if mine == 0:
                 return BUSY
             return L.reuse_grant(p, int64(w), int64(mine))
         s = old
+        _pcount(prof, L.P_CAS_RETRIES, 1)
         tries = int32(tries - 1)
         if tries == 0:
             return BUSY
@@ -189,7 +191,7 @@ def _take_bits(meta, widx, pick):
 
 
 @cuda.jit(device=True)
-def _release_slots(meta, npages, p, k, undo):
+def _release_slots(meta, npages, p, k, undo, prof):
     """Give back ``k`` slots of the slab on page ``p``; retire it when empty.
 
     ``undo`` counts the slots as reservations that were never used (not
@@ -205,11 +207,11 @@ def _release_slots(meta, npages, p, k, undo):
         cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
     new = old - k * L.N_ONE
     if L.slab_live(new) == 0:
-        _retire(meta, npages, p, new)
+        _retire(meta, npages, p, new, prof)
 
 
 @cuda.jit(device=True)
-def _retire(meta, npages, p, s):
+def _retire(meta, npages, p, s, prof):
     """Turn the empty slab ``p`` (state ``s``) back into a free page.
 
     Unless someone reserved meanwhile (their release retires it later): one
@@ -225,7 +227,9 @@ def _retire(meta, npages, p, s):
     # State word: cas from exactly the empty slab we saw.
     if _acquire_cas(meta, _at(idx), s, L.state_keep_count(s) | L.TAG_RETIRING) != s:
         _pages_changed(meta, 1)
+        _pcount(prof, L.P_CAS_RETRIES, 1)
         return
+    _pcount(prof, L.P_SLABS_RETIRED, 1)
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT):
         _store(meta, _at(L.bitmap_word(npages, p, w)), 0)  # bitmap: RETIRING, ours
     # State word: exch on a page only we may change.
@@ -233,7 +237,7 @@ def _retire(meta, npages, p, s):
 
 
 @cuda.jit(device=True)
-def _find(meta, npages, c, want):
+def _find(meta, npages, c, want, prof):
     """Return a grant of up to ``want`` blocks of class ``c``, or 0.
 
     Starts at the page the warp's hint slot names and visits every page
@@ -255,11 +259,15 @@ def _find(meta, npages, c, want):
     passes = uint32(SMALL_PASSES)
     busy = False
     moved = False
+    seen = uint32(0)  # pages visited (profiled heaps only)
     while True:
-        g = _reserve(meta, npages, int64(p), c, want)
+        g = _reserve(meta, npages, int64(p), c, want, prof)
+        seen = uint32(seen + 1)
         if g > BUSY:
             if moved:
                 cuda.atomic.exch(meta, _at(hint_idx), int64(p) + 1)  # hint: racy, harmless
+                _pcount(prof, L.P_HINT_MOVES, 1)
+            _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
             return g
         if g == BUSY:
             busy = True
@@ -271,6 +279,7 @@ def _find(meta, npages, c, want):
         if left == 0:
             passes = uint32(passes - 1)
             if not busy or passes == 0:
+                _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
                 return 0
             busy = False
             left = n
@@ -302,7 +311,7 @@ def _grant_offset(g, k, c):
 
 
 @cuda.jit(device=True)
-def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
+def _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof):
     """Serve one block of class ``c`` to each lane of a group; offset or NULL.
 
     Every lane of the group (``warp.group`` of the same class) calls. The
@@ -316,7 +325,7 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
         # A lane alone (the usual case in divergent code): one round, nothing
         # to share, no sync. Its own copy of the search: in the loop below,
         # the rounds' bookkeeping costs a lone lane some 25 instructions.
-        g = _find(meta, npages, c, n)
+        g = _find(meta, npages, c, n, prof)
         if g == 0:
             return int64(L.NULL)
         return _grant_offset(g, uint32(0), c)
@@ -326,7 +335,7 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
     for _ in range(int32(lanes)):
         g = int64(0)
         if me == 0:
-            g = _find(meta, npages, c, uint32(n - served))
+            g = _find(meta, npages, c, uint32(n - served), prof)
         g = warp.share(mask, leader, g)
         if g == 0:
             break
@@ -341,7 +350,7 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes):
 
 
 @cuda.jit(device=True)
-def _free_small(meta, npages, p, s, rel):
+def _free_small(meta, npages, p, s, rel, prof):
     """Free the block at ``rel`` in slab ``p`` (state guess ``s``); 1, or 0 if invalid.
 
     Every lane that frees calls (``free`` groups lanes by bitmap word): the
@@ -375,7 +384,7 @@ def _free_small(meta, npages, p, s, rel):
         old = _release_or(meta, _at(widx), int64(bits))
         freed = int64(_popc32(bits & ~_lo32(old)))
         if freed:
-            _release_slots(meta, npages, p, freed, False)
+            _release_slots(meta, npages, p, freed, False, prof)
     if lanes > 1:
         old = warp.share(mask, leader, old)
     if old & bit or dup:

@@ -30,7 +30,7 @@ def take_bits_check_then_clear(meta, widx, pick):
     return old & pick
 
 
-def free_small_release_first(meta, npages, p, s, rel):
+def free_small_release_first(meta, npages, p, s, rel, prof):
     """``_free_small`` (for a lone lane) that gives the slot back before it sets the bit.
 
     Breaks freed >= cursor - live: between the two, a reuser finds no freed
@@ -45,12 +45,12 @@ def free_small_release_first(meta, npages, p, s, rel):
     widx = L.bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
     bit = int64(1) << (b % L.BITS_PER_WORD)
     warp.group(widx)
-    _release_slots(meta, npages, p, 1, False)  # BUG: the slot goes back first
+    _release_slots(meta, npages, p, 1, False, prof)  # BUG: the slot goes back first
     old = cuda.atomic.or_(meta, widx, bit)
     return 0 if old & bit else 1
 
 
-def retire_plain_store(meta, npages, p, s):
+def retire_plain_store(meta, npages, p, s, prof):
     """``_retire`` that frees the empty slab with a plain store, not a ``cas``.
 
     A reservation made between the ``add`` that emptied the slab and the
@@ -65,7 +65,7 @@ def retire_plain_store(meta, npages, p, s):
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
 
 
-def retire_keeping_bits(meta, npages, p, s):
+def retire_keeping_bits(meta, npages, p, s, prof):
     """``_retire`` that does not clear the freed bits of the retired slab.
 
     The next slab on the page starts with stale freed bits: blocks it hands
@@ -80,7 +80,7 @@ def retire_keeping_bits(meta, npages, p, s):
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
 
 
-def reserve_plain_update(meta, npages, p, c, want):
+def reserve_plain_update(meta, npages, p, c, want, prof):
     """``_reserve`` (bump path only) with a plain read-modify-write, not a ``cas``.
 
     Two reservers of the same page can read the same state word and both
@@ -108,7 +108,7 @@ def reserve_plain_update(meta, npages, p, c, want):
     return L.bump_grant(p, first, got)
 
 
-def alloc_small_overserve(meta, npages, c, mask, leader, rank, lanes):
+def alloc_small_overserve(meta, npages, c, mask, leader, rank, lanes, prof):
     """``_alloc_small`` whose lanes take a block one past their grant.
 
     The lane ranked just past a grant's last block also takes one: a block
@@ -119,7 +119,7 @@ def alloc_small_overserve(meta, npages, c, mask, leader, rank, lanes):
     for _ in range(lanes):
         g = int64(0)
         if rank == 0:
-            g = _find(meta, npages, c, lanes - served)
+            g = _find(meta, npages, c, lanes - served, prof)
         g = warp.share(mask, leader, g)
         if g == 0:
             break
@@ -133,7 +133,7 @@ def alloc_small_overserve(meta, npages, c, mask, leader, rank, lanes):
     return off
 
 
-def free_small_leader_bit_only(meta, npages, p, s, rel):
+def free_small_leader_bit_only(meta, npages, p, s, rel, prof):
     """``_free_small`` whose leader sets only its own bit, but gives back the
     slots of the whole group.
 
@@ -160,7 +160,7 @@ def free_small_leader_bit_only(meta, npages, p, s, rel):
         old = cuda.atomic.or_(meta, widx, bit)  # BUG: bit, not the group's bits
         freed = L.popc32(bits & ~old)
         if freed:
-            _release_slots(meta, npages, p, freed, False)
+            _release_slots(meta, npages, p, freed, False, prof)
     if lanes > 1:
         old = warp.share(mask, leader, old)
     if old & bit or dup:
@@ -168,7 +168,7 @@ def free_small_leader_bit_only(meta, npages, p, s, rel):
     return 1
 
 
-def claim_plain_update(meta, npages, total, cnt):
+def claim_plain_update(meta, npages, total, cnt, prof):
     """``bump``'s ``_claim`` with a plain read-modify-write of the bump word
     where the chunk has room, not a ``cas``.
 
@@ -181,7 +181,7 @@ def claim_plain_update(meta, npages, total, cnt):
         if L.bump_page(w) >= 0 and L.bump_cursor(w) + total <= chunk_pages * L.PAGE:
             meta[L.H_BUMP] = w + (cnt << L.BUMP_COUNT_SHIFT) + total  # BUG: plain update
             return (L.bump_page(w) << L.PAGE_SHIFT) + L.bump_cursor(w)
-        q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP)
+        q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP, prof)
         if q < 0:
             return L.NULL
         if cuda.atomic.cas(meta, L.H_BUMP, w, L.pack_bump(q, cnt, total)) == w:
