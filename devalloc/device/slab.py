@@ -176,6 +176,7 @@ def _reserve(meta, npages, p, c, want):
         if tries == 0:
             return BUSY
 
+
 @cuda.jit(device=True)
 def _take_bits(meta, widx, pick):
     """Clear the bits ``pick`` of bitmap word ``widx``; return those that were set.
