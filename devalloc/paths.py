@@ -291,6 +291,7 @@ PATHS = {
         )),
     "free_lone": PathSpec(
         "free", "free of a live block by one lane; its slab keeps other live blocks", (
+            At(_C, "s = _load(meta, _at(L.state_word(p)))"),
             At(_C, "ok = _free_small(meta, npages, p, s, rel, _prof_of(ctx))"),
             At(_S, "widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))"),
             At(_S, "old = _release_or(meta, _at(widx), int64(bits))"),
@@ -300,6 +301,7 @@ PATHS = {
     "free_warp32": PathSpec(
         "free", "a converged warp freeing 32 live blocks of one bitmap word (the leader's "
         "path, which the warp issues); the slab keeps other live blocks", (
+            At(_C, "s = _load(meta, _at(L.state_word(p)))"),
             At(_C, "ok = _free_small(meta, npages, p, s, rel, _prof_of(ctx))"),
             At(_S, "widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))"),
             At(_S, "bits, dup = warp.merge_bits(mask, bit)"),
@@ -316,6 +318,8 @@ PATHS = {
         )),
     "scoped": PathSpec(
         "scoped_step", "scoped(ctx, s, n) served from the thread's current chunk", (
+            At(_SC, "return size <= end - c"),
+            At(_SC, "have = _word(arena, chunk + L.CHUNK_SIZE)"),
             At(_SC, "return chunk + cursor, L.scope_advance(s, size)"),
         )),
 }
@@ -330,8 +334,17 @@ def kernel_of(name):
     return probes.PROBES[name]
 
 
+#: Opcodes that exist only for memory ordering: fences and what acquire and
+#: release atomics lower to (``MEMBAR``, ``ERRBAR``, ``CGAERRBAR``, L1
+#: invalidation ``CCTL.IVALL``).
+ORDERING = {"MEMBAR", "ERRBAR", "CGAERRBAR", "CCTL", "FENCE"}
+
+
 def measure(cc=(9, 0), paths=None):
-    """Return ``{path: {"instructions", "what", "by_function"}}`` for ``cc``."""
+    """Return ``{path: {"instructions", "what", "by_function", "ordering"}}`` for ``cc``.
+
+    ``ordering``: the memory-ordering instructions on the path, by opcode.
+    """
     from . import probes
 
     out = {}
@@ -345,11 +358,15 @@ def measure(cc=(9, 0), paths=None):
         except ValueError as e:
             raise ValueError(f"path {name}: {e}") from None
         by = {}
+        fences = {}
         for i in trail:
             f = function_of(insns[i].frames[0]) if insns[i].frames else "(no line)"
             by[f] = by.get(f, 0) + 1
+            if insns[i].op.split(".")[0] in ORDERING:
+                fences[insns[i].op] = fences.get(insns[i].op, 0) + 1
         out[name] = {"instructions": len(trail), "what": spec.what,
-                     "by_function": dict(sorted(by.items(), key=lambda kv: -kv[1]))}
+                     "by_function": dict(sorted(by.items(), key=lambda kv: -kv[1])),
+                     "ordering": fences}
     return out
 
 

@@ -54,9 +54,9 @@ def k_alloc_per_thread(ctx, n, out):
     out[i] = devalloc.alloc(ctx, out[i])
 
 
-def k_alloc_view_free(ctx, n, out):
-    """``alloc``, write through ``view``, ``free``: the typical scratch use."""
-    i = cuda.grid(1)
+@cuda.jit(device=True)
+def _alloc_view_free(ctx, n, out, i):
+    # The typical scratch use: alloc n bytes, write through view, free.
     off = devalloc.alloc(ctx, n)
     if off != devalloc.NULL:
         a = devalloc.view(ctx, off, n // 4, np.float32)
@@ -66,17 +66,15 @@ def k_alloc_view_free(ctx, n, out):
         devalloc.free(ctx, off)
 
 
+def k_alloc_view_free(ctx, n, out):
+    """``alloc``, write through ``view``, ``free`` of a kernel argument's size."""
+    _alloc_view_free(ctx, n, out, cuda.grid(1))
+
+
 def k_alloc_view_free_per_thread(ctx, n, out):
     """``alloc``/``view``/``free`` of a size that differs per thread."""
     i = cuda.grid(1)
-    m = out[i]
-    off = devalloc.alloc(ctx, m)
-    if off != devalloc.NULL:
-        a = devalloc.view(ctx, off, m // 4, np.float32)
-        for j in range(a.shape[0]):
-            a[j] = j
-        out[i] = a[0]
-        devalloc.free(ctx, off)
+    _alloc_view_free(ctx, out[i], out, i)
 
 
 def k_free(ctx, n, out):

@@ -113,12 +113,9 @@ else:
     def _popc32(x):
         """Return the set bits of bitmap word ``x`` (< 2**32): one ``popc``.
 
-        Used where it was measured to cost nothing: free's count of the bits
-        it set (free 696 -> 680 SASS on sm_90, registers unchanged). The
-        other counts keep ``layout.popc32``: ``popc`` in ``grant_count`` took
-        the per-thread-size kernel from 48 to 54 registers on sm_90, and in
-        ``_reserve`` 1-2 more registers on sm_75 (``python -m
-        devalloc.probes``).
+        Every count of bitmap bits on the slab path uses it since that path
+        is 32-bit (issue 13); before, in 64-bit code, ``popc`` in the grant
+        decoding had cost registers (48 -> 54, per-thread sizes, sm_90).
         """
         return int64(cuda.popc(uint32(x)))
 

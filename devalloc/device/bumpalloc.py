@@ -102,8 +102,8 @@ def bump(ctx, nbytes):
                 base = int64(L.NULL)
                 if rank == 0:
                     base = _claim(meta, npages, size * lanes, lanes, _prof_of(ctx))
-                base = warp.share(mask, leader, base)
-                if lanes > 1:
+                if lanes > 1:  # a lane alone has nobody to tell
+                    base = warp.share(mask, leader, base)
                     warp.sync(mask)  # the leader's acquire before each lane's accesses
                 if base != L.NULL:
                     off = base + rank * size

@@ -4,9 +4,10 @@
 invalid), form the warp group of lanes asking for the same class
 (:mod:`devalloc.device.warp`), serve it (:mod:`devalloc.device.slab` for
 blocks up to MAX_SMALL, :mod:`devalloc.device.pages` for whole pages), then
-count a failure (the claim's atomic is an acquire: no fence). ``free`` finds the page's kind from its
-state word and hands the block to the slab or page path. Every shared word,
-the invariants and the memory-ordering argument: docs/correctness.md.
+count a failure (the claim's atomic is an acquire: no fence). ``free`` finds
+the page's kind from its state word and hands the block to the slab or page
+path. Every shared word, the invariants and the memory-ordering argument:
+docs/correctness.md.
 Callers: the public dispatchers in :mod:`devalloc.device.api` (and the debug
 path, which wraps these).
 """

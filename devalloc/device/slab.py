@@ -178,6 +178,7 @@ def _reserve(meta, npages, p, c, want, prof):
         if tries == 0:
             return BUSY
 
+
 @cuda.jit(device=True)
 def _take_bits(meta, widx, pick):
     """Clear the bits ``pick`` of bitmap word ``widx``; return those that were set.
