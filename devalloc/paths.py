@@ -318,8 +318,9 @@ PATHS = {
         )),
     "scoped": PathSpec(
         "scoped_step", "scoped(ctx, s, n) served from the thread's current chunk", (
+            # (No waypoint on the header's size read: NVVM merges it with
+            # _chunk_ok's read of the same bytes.)
             At(_SC, "return size <= end - c"),
-            At(_SC, "have = _word(arena, chunk + L.CHUNK_SIZE)"),
             At(_SC, "return chunk + cursor, L.scope_advance(s, size)"),
         )),
 }

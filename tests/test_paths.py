@@ -81,7 +81,7 @@ def test_an_unreachable_waypoint_is_an_error(sass):
 
 
 def test_waypoints_name_lines_by_their_text():
-    path, line = paths.At("device/slab.py", "def _reserve(meta, npages, p, c, want):").resolve()
+    path, line = paths.At("device/slab.py", "def _reserve(meta, npages, p, c, want, prof):").resolve()
     assert path.endswith("slab.py") and "_reserve" in open(path).read().splitlines()[line - 1]
     with pytest.raises(ValueError, match="0 lines"):
         paths.At("device/slab.py", "no such text anywhere").resolve()
