@@ -36,7 +36,7 @@ What each figure is:
   class (``usage().classes``: ceil(blocks / blocks per slab) per class);
 * page takes: the number of ``max`` atomics in the counted alloc launches.
   devalloc issues one (the peak update) each time it takes a page run for a
-  slab, a large block or a bump chunk (``devalloc/device_large.py``), so this
+  slab, a large block or a bump chunk (``devalloc/device/pages.py``), so this
   counts slabs acquired, retakes after a slab was retired included.
 
 Contention: the simulator runs one block at a time, its threads as Python
@@ -211,11 +211,16 @@ def plan(name, mode, threads, rng):
 WORKLOADS = ("16 B", "1 KiB", "mixed", "25 %", "churn")
 
 
-def run_workload(name, mode, blocks=BLOCKS, threads=THREADS, seed=SEED, heap_pages=HEAP_PAGES):
-    """Run workload ``name`` once in ``mode``; return its figures as a dict."""
+def run_workload(name, mode, blocks=BLOCKS, threads=THREADS, seed=SEED, heap_pages=HEAP_PAGES,
+                 profile=False):
+    """Run workload ``name`` once in ``mode``; return its figures as a dict.
+
+    ``profile``: on a heap with profile counters (their own ``add``s then
+    count among the atomics: use the counts of a run without them).
+    """
     n = blocks * threads
     rng = np.random.default_rng(seed)
-    heap = devalloc.Heap(L.capacity_for_pages(heap_pages))
+    heap = devalloc.Heap(L.capacity_for_pages(heap_pages), profile=profile)
     offs = cuda.to_device(np.full(n, NULL, np.int64))
     allocs, frees = Tally(), Tally()
     failed = 0
@@ -249,6 +254,7 @@ def run_workload(name, mode, blocks=BLOCKS, threads=THREADS, seed=SEED, heap_pag
         "page_takes": allocs.by_kind.get("max", 0),
         "pages_after": end.reserved // L.PAGE,
         "usage_allocs": end.allocs, "usage_failed": end.failed,
+        "profile": end.profile,
     }
 
 
@@ -331,6 +337,15 @@ def measure(workloads=WORKLOADS, modes=MODES, repeats=REPEATS, **kw):
         sys.setswitchinterval(old)
 
 
+def profile_table(results):
+    """The profile counters (``Heap(profile=True)``) of each workload, means over runs."""
+    cols = [("workload", "l"), ("mode", "l")] + [(k.replace("_", " "), "r")
+                                                 for k in L.PROF_NAMES]
+    rows = [[w, m] + [_range([r["profile"][k] for r in runs], "{:.1f}") for k in L.PROF_NAMES]
+            for (w, m), runs in results.items()]
+    return markdown_table(cols, rows)
+
+
 # ------------------------------------------------------------------ report
 
 
@@ -397,7 +412,7 @@ def exact_table(u, warps):
     return markdown_table(cols, rows)
 
 
-def section(results, u, warps, repeats):
+def section(results, u, warps, repeats, profiled=None):
     retries = ("`cas / alloc` counts every `cas`; `cas retries / alloc` those that "
                "lost a race and changed nothing (exact, `count_atomics`).")
     lines = header("Operation counts (simulator)", ".venv/bin/python bench/op_counts.py",
@@ -420,6 +435,17 @@ def section(results, u, warps, repeats):
         "",
         exact_table(u, warps),
     ]
+    if profiled:
+        lines += [
+            "",
+            "Profile counters (`Heap(..., profile=True)`, `usage().profile`), the same "
+            "workloads and seeds run again on profiled heaps (their counters' own `add`s "
+            "would count among the atomics above). Whole-run totals, allocation and free "
+            "launches together, the uncounted warm-up included; runs interleave "
+            "differently, so they vary like the cas retries above:",
+            "",
+            profile_table(profiled),
+        ]
     return "\n".join(lines)
 
 
@@ -434,7 +460,8 @@ def main(argv=None):
     u = uncontended()
     u["reuse"] = uncontended_reuse()["alloc"]
     warps = [converged_warp(m, what) for what in ("alloc", "bump") for m in MODES]
-    text = section(results, u, warps, a.repeats)
+    profiled = measure(repeats=a.repeats, profile=True)
+    text = section(results, u, warps, a.repeats, profiled)
     if not a.no_write:
         write_section(text)
     print(text)

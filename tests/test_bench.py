@@ -208,3 +208,12 @@ def test_gpu_throughput_measures_on_the_simulator_with_events_stubbed(monkeypatc
         assert (r["alloc_ms"], r["pair_ms"], r["floor_ms"]) == (1.0, 1.0, 1.0)
         assert r["alloc_failed"] == r["pair_failed"] == 0
     assert G.throughput_table(rows).count("\n") == 1 + len(rows)
+
+
+def test_profiled_workload_counts_what_it_did():
+    r = op_counts.run_workload("16 B", "single", blocks=1, threads=32, heap_pages=64, profile=True)
+    p = r["profile"]
+    assert p["slabs_taken"] >= 1 and p["pages_scanned"] >= r["allocs"].ops
+    assert p["failed_no_page"] == r["failed"] == 0
+    table = op_counts.profile_table({("16 B", "single"): [r]})
+    assert "cas retries" in table and "slabs taken" in table
