@@ -84,23 +84,17 @@ def release(ctx, s, m):
 
 def chunk_alloc(ctx, nbytes):
     """``alloc`` for scoped scratch's chunks: as ``alloc``, never traced."""
-    k = _kind(ctx)
-    if k == _DEBUG:
-        return debug.alloc(ctx, nbytes)
-    if k == _OBSERVED:
+    if _kind(ctx) == _OBSERVED:
         return observe.chunk_alloc(ctx, nbytes)
-    return core.alloc(ctx, nbytes)
+    return alloc(ctx, nbytes)
 
 
 def chunk_free(ctx, off):
     """``free`` for scoped scratch's chunks: as ``free``, never traced."""
-    k = _kind(ctx)
-    if k == _DEBUG:
-        debug.free(ctx, off)
-    elif k == _OBSERVED:
+    if _kind(ctx) == _OBSERVED:
         observe.chunk_free(ctx, off)
     else:
-        core.free(ctx, off)
+        free(ctx, off)
 
 
 def scratch_poison(ctx, off, n):
@@ -171,15 +165,15 @@ if not config.ENABLE_CUDASIM:
 
     @overload(chunk_alloc, target="cuda")
     def _chunk_alloc(ctx, nbytes):
-        return (lambda ctx, nbytes: core.alloc(ctx, nbytes),
-                lambda ctx, nbytes: debug.alloc(ctx, nbytes),
-                lambda ctx, nbytes: observe.chunk_alloc(ctx, nbytes))[_kind_of_type(ctx)]
+        if _kind_of_type(ctx) == _OBSERVED:
+            return lambda ctx, nbytes: observe.chunk_alloc(ctx, nbytes)
+        return lambda ctx, nbytes: alloc(ctx, nbytes)
 
     @overload(chunk_free, target="cuda")
     def _chunk_free(ctx, off):
-        return (lambda ctx, off: core.free(ctx, off),
-                lambda ctx, off: debug.free(ctx, off),
-                lambda ctx, off: observe.chunk_free(ctx, off))[_kind_of_type(ctx)]
+        if _kind_of_type(ctx) == _OBSERVED:
+            return lambda ctx, off: observe.chunk_free(ctx, off)
+        return lambda ctx, off: free(ctx, off)
 
     @overload(scratch_poison, target="cuda")
     def _poison(ctx, off, n):
