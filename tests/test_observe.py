@@ -311,10 +311,10 @@ def test_cas_retries_are_exactly_the_lost_cas():
     sys.setswitchinterval(5e-6)
     lost = 0
     try:
-        for _ in range(5):  # until the interleaving made some cas lose
+        for _ in range(10):  # until the interleaving made some cas lose
             heap = devalloc.Heap(L.capacity_for_pages(4), profile=True)
             with count_atomics() as n:
-                k_churn[1, 16](heap.ctx, cuda.to_device(np.zeros(16, np.int64)))
+                k_churn[1, 32](heap.ctx, cuda.to_device(np.zeros(32, np.int64)))
             # Every lost cas of the allocator (slab reserve, page take,
             # retire, bump claim) is counted once, and nothing else is.
             assert heap.usage().profile["cas_retries"] == n.cas_failed

@@ -63,7 +63,8 @@ def _claim(meta, npages, total, cnt, prof):
                 # H_BUMP_DONE: add, once per chunk replaced.
                 cuda.atomic.add(meta, L.H_BUMP_DONE, count)
             return q << L.PAGE_SHIFT
-        _free_pages(meta, q, L.TAG_BUMP)  # another thread changed the chunk first
+        _pcount(prof, L.P_CAS_RETRIES, 1)  # the install lost
+        _free_pages(meta, q, L.TAG_BUMP, prof)  # another thread changed the chunk first
         w = old
     return L.NULL
 

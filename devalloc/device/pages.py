@@ -153,13 +153,13 @@ def _crown(meta, p, k, tag):
 
 
 @cuda.jit(device=True)
-def _free_large(meta, p):
+def _free_large(meta, p, prof):
     """Free the large block whose head is page ``p``; return 1, or 0 if invalid."""
-    return _free_pages(meta, p, L.TAG_HEAD)
+    return _free_pages(meta, p, L.TAG_HEAD, prof)
 
 
 @cuda.jit(device=True)
-def _free_pages(meta, p, tag):
+def _free_pages(meta, p, tag, prof):
     """Return the run whose head (tagged ``tag``) is page ``p``; 1, or 0 if none.
 
     Atomics: the pages-used ``add``, one ``cas`` on the head, one ``and`` per
@@ -176,6 +176,7 @@ def _free_pages(meta, p, tag):
     # State word: cas head -> free; of two racing frees exactly one wins.
     if cuda.atomic.cas(meta, _at(idx), s, L.state_keep_count(s)) != s:
         _pages_changed(meta, k)
+        _pcount(prof, L.P_CAS_RETRIES, 1)
         return 0
     _untail(meta, p + 1, p + k)
     return 1

@@ -14,7 +14,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from ..device import warp
-from ..device._meta import _pages_changed
+from ..device._meta import _pages_changed, _pcount
 from ..device.pages import _alloc_pages, _free_pages
 from ..device.slab import _find, _release_slots
 
@@ -188,7 +188,8 @@ def claim_plain_update(meta, npages, total, cnt, prof):
             if L.bump_count(w):
                 cuda.atomic.add(meta, L.H_BUMP_DONE, L.bump_count(w))
             return q << L.PAGE_SHIFT
-        _free_pages(meta, q, L.TAG_BUMP)
+        _pcount(prof, L.P_CAS_RETRIES, 1)
+        _free_pages(meta, q, L.TAG_BUMP, prof)
     return L.NULL
 
 
