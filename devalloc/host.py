@@ -73,6 +73,21 @@ def check_capacity(capacity, least=L.MIN_CAPACITY):
     return capacity
 
 
+def free_index_template(npages):
+    """Return the free-page index of a heap with every page free (int64 words).
+
+    Level 0: a bit per page, set; above: the pages under each word
+    (layout.py, "page index"; :func:`layout.free_tree_init` word by word).
+    """
+    levels = []
+    for j in range(L.tree_levels(npages)):
+        span = 1 << (L.WORD_SHIFT * (j + 1))
+        lo = np.arange(L.level_words(npages, j), dtype=np.int64) * span
+        n = np.minimum(span, npages - lo)
+        levels.append((np.left_shift(1, n) - 1) if j == 0 else n)
+    return np.concatenate(levels).astype(np.int64)
+
+
 def _zero(array, nbytes, stream):
     """Zero ``array`` on ``stream`` without synchronizing the host."""
     if config.ENABLE_CUDASIM:
@@ -225,7 +240,10 @@ class Heap:
                 raise
         self.requested = capacity
         self.npages = self._arena.size // L.PAGE
-        _zero(self._meta, self._meta.size * 8, self.stream)
+        # The free-page index starts with every page free: kept on the device
+        # so that reset copies it without the host (a device-to-device copy).
+        self._index = cuda.to_device(free_index_template(self.npages), stream=self.stream)
+        self._clear_meta(self.stream)
         if self.debug:
             self._debug = cuda.device_array(L.DEBUG_WORDS, np.int64, stream=self.stream)
             _zero(self._debug, L.DEBUG_WORDS * 8, self.stream)
@@ -311,9 +329,15 @@ class Heap:
         """
         self._live()
         with self._on_device():
-            _zero(self._meta, self._meta.size * 8, self._stream(stream))
+            self._clear_meta(self._stream(stream))
             if self._debug is not None:
                 _zero(self._debug, L.DEBUG_WORDS * 8, self._stream(stream))
+
+    def _clear_meta(self, stream):
+        """Zero the metadata but the free-page index, set from its template."""
+        at = L.free_tree(self.npages)
+        _zero(self._meta, self._meta.size * 8, stream)
+        self._meta[at:at + self._index.size].copy_to_device(self._index, stream=stream)
 
     def usage(self, stream=None):
         """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`."""
@@ -376,13 +400,13 @@ class Heap:
         """
         self._live()
         old = (self._arena, self._meta, self._debug, self._sizes, self._ctx, self.requested,
-               self.npages)
+               self.npages, self._index)
         try:
             with self._on_device():
                 self._build(capacity)
         except Exception:
             (self._arena, self._meta, self._debug, self._sizes, self._ctx,
-             self.requested, self.npages) = old
+             self.requested, self.npages, self._index) = old
             raise
 
     def run(self, kernel, griddim, blockdim, *args, ceiling, growth=2.0, max_attempts=16):
@@ -463,6 +487,7 @@ class Heap:
         if not self._closed:
             self._closed = True
             self._arena = self._meta = self._ctx = self._debug = self._sizes = None
+            self._index = None
 
     @property
     def closed(self):

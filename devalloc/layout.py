@@ -231,6 +231,11 @@ def slab_cursor(s):
 #   [STATE_BASE, STATE_BASE + npages)          one state word per page
 #   [bits_base(npages), + npages * BITMAP_WORDS)
 #                                              slab bitmaps, 32 bits per word
+#   [free_tree(npages), + tree_words(npages))  the free-page index ("page index")
+#   [room_tree(npages, c), + tree_words(npages))
+#                                              class c's room index, c < NCLASSES
+# Everything is zero after a reset but the free-page index, which starts
+# with every page free (free_tree_init).
 #: Pages currently held by slabs and large blocks.
 H_PAGES_USED = 0
 #: High-water mark of H_PAGES_USED since the last reset.
@@ -269,11 +274,7 @@ STATE_BASE = HEADER_WORDS
 #: Most pages a heap may have: page indices must fit the bump word (25 bits).
 MAX_PAGES = (1 << 25) - 2
 
-#: Bytes of metadata each page costs (its state word and its bitmap).
-META_BYTES_PER_PAGE = 8 * (1 + BITMAP_WORDS)
 HEADER_BYTES = 8 * HEADER_WORDS
-#: The smallest capacity that holds the metadata and one page.
-MIN_CAPACITY = HEADER_BYTES + PAGE + META_BYTES_PER_PAGE
 
 
 @register_jitable
@@ -295,23 +296,137 @@ def bitmap_word(npages, p, w):
 
 
 @register_jitable
+def free_tree(npages):
+    """Return the metadata word where the free-page index starts."""
+    return STATE_BASE + npages * (1 + BITMAP_WORDS)
+
+
+@register_jitable
+def tree_stride(npages):
+    """Return the words from one tree's start to the next's (>= tree_words).
+
+    A bound without a loop: level 0's ceil(npages / 32) words, the levels
+    above (fewer than npages / 512 together) and their rounding.
+    """
+    return (npages >> WORD_SHIFT) + (npages >> (2 * WORD_SHIFT - 1)) + 2 * TREE_LEVELS
+
+
+@register_jitable
+def room_tree(npages, c):
+    """Return the metadata word where class ``c``'s room index starts."""
+    return free_tree(npages) + (1 + c) * tree_stride(npages)
+
+
+@register_jitable
 def meta_words(npages):
     """Return the number of ``int64`` metadata words for ``npages`` pages."""
-    return STATE_BASE + npages * (1 + BITMAP_WORDS)
+    return room_tree(npages, NCLASSES)
+
+
+@register_jitable
+def meta_bytes(npages):
+    """Return the bytes of metadata of a heap of ``npages`` pages."""
+    return 8 * meta_words(npages)
 
 
 @register_jitable
 def pages_for_capacity(capacity):
     """Return how many pages fit, with their metadata, in ``capacity`` bytes."""
-    if capacity < MIN_CAPACITY:
-        return 0
-    return (capacity - HEADER_BYTES) // (PAGE + META_BYTES_PER_PAGE)
+    # A lower bound (META_BYTES_PER_PAGE and TREE_SLACK_BYTES bound the
+    # metadata from above), then up while one more page fits.
+    n = (capacity - HEADER_BYTES - TREE_SLACK_BYTES) // (PAGE + META_BYTES_PER_PAGE)
+    if n < 0:
+        n = 0
+    while n > 0 and capacity_for_pages(n) > capacity:
+        n -= 1
+    while capacity_for_pages(n + 1) <= capacity:
+        n += 1
+    return n
 
 
 @register_jitable
 def capacity_for_pages(npages):
     """Return the smallest capacity whose heap has ``npages`` pages."""
-    return HEADER_BYTES + npages * (PAGE + META_BYTES_PER_PAGE)
+    return npages * PAGE + meta_bytes(npages)
+
+
+# ============================================================ page index
+# Two kinds of 32-ary tree over the pages, laid out alike (word offsets from
+# the tree's start; ``free_tree``/``room_tree`` give the starts):
+#   level 0: level_words(npages, 0) = ceil(npages / 32) words; bit b of word w
+#            (b < 32) stands for page 32 w + b; bits 32..63 are always clear
+#   level j >= 1, while level j - 1 has more than one word:
+#            ceil(words of level j - 1 / 32) words; word i holds the number
+#            of level-0 bits set under it (pages [32^(j+1) i, 32^(j+1) (i+1)))
+# The top level has one word (a heap of up to 32 pages: level 0 alone).
+# * The free-page index: bit set = the page is FREE and nobody is taking it
+#   (a *ticket*: a taker clears it with an ``and`` before its state ``cas``,
+#   a freer sets it after the page became FREE). Starts all set.
+# * Class c's room index: bit set = the page may be a slab of class c with a
+#   free slot (set when room appears, cleared when a search finds none).
+# A count is raised before the bits it counts are set and lowered after they
+# were cleared, so it is never below them (docs/correctness.md, "Page index").
+#: Bits used in a level-0 word (as in the slab bitmaps).
+TREE_FANOUT = BITS_PER_WORD
+#: Most levels a tree has (a heap of MAX_PAGES pages).
+TREE_LEVELS = 5
+#: Bytes the trees may take beyond their share per page: a partly used word
+#: per level in each of the 1 + NCLASSES trees.
+TREE_SLACK_BYTES = 8 * (TREE_LEVELS + 1) * (1 + NCLASSES)
+
+
+@register_jitable
+def level_words(npages, j):
+    """Return the words of level ``j`` of a tree over ``npages`` pages."""
+    n = (npages + TREE_FANOUT - 1) >> WORD_SHIFT
+    for _ in range(j):
+        n = (n + TREE_FANOUT - 1) >> WORD_SHIFT
+    return n
+
+
+@register_jitable
+def tree_levels(npages):
+    """Return the levels of a tree over ``npages`` pages (1: level 0 alone)."""
+    k = 1
+    n = (npages + TREE_FANOUT - 1) >> WORD_SHIFT
+    while n > 1:
+        n = (n + TREE_FANOUT - 1) >> WORD_SHIFT
+        k += 1
+    return k
+
+
+@register_jitable
+def level_start(npages, j):
+    """Return the offset of level ``j``'s first word from the tree's start."""
+    start = 0
+    for i in range(j):
+        start += level_words(npages, i)
+    return start
+
+
+@register_jitable
+def tree_words(npages):
+    """Return the words of one tree over ``npages`` pages (every level)."""
+    return level_start(npages, tree_levels(npages))
+
+
+@register_jitable
+def free_tree_init(npages, j, i):
+    """Return word ``i`` of level ``j`` of a free-page index with every page free."""
+    span = 1 << (WORD_SHIFT * (j + 1))  # pages under one word of level j
+    lo = i * span
+    n = min(span, npages - lo)
+    if j == 0:
+        return (1 << n) - 1
+    return n
+
+
+#: The smallest capacity that holds the metadata and one page.
+MIN_CAPACITY = PAGE + meta_bytes(1)
+#: Bytes of metadata each page costs, at most, beyond the header and
+#: TREE_SLACK_BYTES: its state word, its bitmap, and its share of the 1 +
+#: NCLASSES trees (a bit each, 32 to a word, and the counts above them).
+META_BYTES_PER_PAGE = 8 * (1 + BITMAP_WORDS) + -(-8 * (1 + NCLASSES) * 17 // 512)
 
 
 @register_jitable
@@ -556,3 +671,10 @@ assert SCOPE_MAX_CHUNK + PAGE == (SCOPE_CURSOR_MASK + 1) << ALIGN_SHIFT
 assert CHUNK_SIZE + 8 <= SCOPE_HEADER
 assert DEBUG_WORDS == record_word(RECORDS, R_KIND)
 assert PAGE + GUARD < 1 << 16  # a debug block's slack fits a uint16 sizes entry
+assert tree_levels(MAX_PAGES) <= TREE_LEVELS
+assert all(tree_words(n) <= tree_stride(n) for n in (1, 31, 32, 33, 1023, 1025, 32769, MAX_PAGES))
+assert tree_levels(TREE_FANOUT) == 1 and tree_levels(TREE_FANOUT + 1) == 2
+assert level_words(MAX_PAGES, TREE_LEVELS - 1) == 1  # the top level is one word
+# A count word holds at most every page of the heap: far below bit 63.
+assert MAX_PAGES < 1 << 62
+assert meta_words(MAX_PAGES) < 1 << 31  # metadata indices fit 32 bits (device _at)

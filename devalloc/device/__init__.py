@@ -23,6 +23,6 @@ else:
     from .intrinsics import view
 
 #: The modules of the device package, for the interleaving explorer.
-MODULES = ("_meta", "warp", "pages", "slab", "core", "debug", "api", "bump", "scope", "intrinsics")
+MODULES = ("_meta", "warp", "index", "pages", "slab", "core", "debug", "api", "bump", "scope", "intrinsics")
 
 __all__ = ["alloc", "bump", "free", "mark", "release", "scoped", "view"]

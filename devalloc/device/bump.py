@@ -71,7 +71,7 @@ def _claim(meta, npages, total, cnt):
                 # H_BUMP_DONE: add, once per chunk replaced.
                 cuda.atomic.add(meta, L.H_BUMP_DONE, count)
             return q << L.PAGE_SHIFT
-        _free_pages(meta, q, L.TAG_BUMP)  # another thread changed the chunk first
+        _free_pages(meta, npages, q, L.TAG_BUMP)  # another thread changed the chunk first
         w = old
     return L.NULL
 

@@ -6,18 +6,22 @@ bitmap marks the bumped blocks that were freed. The pipeline of a group's
 allocation: the leader ``_find``s a page (hint, then scan), ``_reserve``s
 blocks there with one ``cas`` (and takes freed bits with one ``and``), and
 broadcasts the grant; lanes take their block by rank (``_alloc_small``).
-Callers: :mod:`devalloc.device.core` (and the interleaving explorer, which
+``_find`` looks for pages in the page index (:mod:`.index`): the class's
+room index (slabs that may have a free slot), then the free-page index;
+either is a hint, and a page's state ``cas`` decides. Callers: :mod:`devalloc.device.core` (and the interleaving explorer, which
 runs these functions' ``py_func``). Invariants, ordering and progress
 arguments: docs/correctness.md.
 """
 
-from numba import cuda, int64, uint32
+from numba import cuda, int32, int64, uint32
 
 from .. import layout as L
 from . import warp
 from ._meta import RETRIES, _at, _fold, _note_fold, _pages_changed, _popc32, _warp_number
+from .index import _index_clear, _index_find, _index_set
+from .pages import _repair
 
-#: Passes of the small-block scan, repeated only while races were lost.
+#: Passes over the page index, repeated only while races were lost.
 SMALL_PASSES = 4
 #: ``_reserve`` results that are not grants (every grant is >= 1 << 38).
 NO = 0
@@ -64,17 +68,25 @@ def _pick(meta, npages, p, cap, want):
 def _reserve(meta, npages, p, c, want):
     """Win up to ``want`` blocks of class ``c`` on page ``p``; return a grant.
 
-    A free page becomes a slab of class ``c``. Blocks come from the slab's
+    Blocks come from the slab's
     cursor while it has unbumped blocks (one ``cas`` on the state word raises
     live, cursor and count together: that ``cas`` is the whole allocation),
     else from its freed blocks: one ``cas`` reserves as many slots as the
     bits picked from one bitmap word, then one ``and`` takes those bits (the
     bits it did not get are given back as undone reservations).
 
+    A free page becomes a slab of class ``c``: the ``cas`` claims it (two
+    threads taking one page meet there: the loser finds the slab and takes
+    blocks of it), then, a slot being left, the class's room index marks
+    it, and it leaves the free-page index. Marking before leaving means that
+    a search that no longer finds the page free finds its mark
+    (docs/correctness.md, "Page index").
+
     Returns a grant (:func:`layout.bump_grant`/``reuse_grant``), ``NO`` when
     the page cannot serve the class, or ``BUSY`` when it could but every try
     lost a race. Atomics: ``cas`` per try (<= RETRIES), then the ``and`` on
-    the reuse path; pages-used ``add`` and peak ``max`` when a page is taken.
+    the reuse path; when a page is taken, the room mark's ``or``, the
+    free-page index's ``and``, the pages-used ``add`` and peak ``max``.
     """
     idx = L.state_word(p)
     tag = L.slab_tag(c)
@@ -110,6 +122,10 @@ def _reserve(meta, npages, p, c, want):
         if old == s:
             _note_fold(meta, folded)
             if t == L.TAG_FREE:
+                if got < cap:
+                    _room_set(meta, npages, c, p)
+                _index_clear(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
+                             int64(1) << (p & (L.BITS_PER_WORD - 1)))
                 _pages_changed(meta, 1)
             if pick == 0:
                 return L.bump_grant(p, first, got)
@@ -141,7 +157,8 @@ def _release_slots(meta, npages, p, k, undo):
 
     ``undo`` counts the slots as reservations that were never used (not
     frees). Atomics: one ``add`` on the state word; when the slab became
-    empty, :func:`_retire`.
+    empty, :func:`_retire`; when it was full (and was not retired), the room
+    mark (:func:`_room_set`).
     """
     idx = L.state_word(p)
     # State word: add never fails, so giving slots back never spins.
@@ -149,74 +166,157 @@ def _release_slots(meta, npages, p, k, undo):
     if undo:
         cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
     new = old - k * L.N_ONE
-    if L.slab_live(new) == 0:
-        _retire(meta, npages, p, new)
+    t = L.state_tag(old)
+    if L.slab_live(new) == 0 and _retire(meta, npages, p, new):
+        return
+    if L.is_slab_tag(t) and (L.slab_live(old) + 1) * L.class_size(L.slab_class(t)) > L.PAGE:
+        # It was full and is not retired: room appeared.
+        _room_set(meta, npages, L.slab_class(t), p)
 
 
 @cuda.jit(device=True)
 def _retire(meta, npages, p, s):
-    """Turn the empty slab ``p`` (state ``s``) back into a free page.
+    """Turn the empty slab ``p`` (state ``s``) back into a free page; 1, or 0.
 
     Unless someone reserved meanwhile (their release retires it later): one
-    ``cas`` to RETIRING, which no other thread changes; plain stores clearing
-    the bitmap words below the cursor (every block there was freed, so every
-    bit there is set); a fence; one ``exch`` to FREE. The pages-used ``add``
-    before, and back if the ``cas`` fails.
+    ``cas`` to RETIRING, which no other thread changes; the page out of its
+    class's room index; plain stores clearing the bitmap words below the
+    cursor (every block there was freed, so every bit there is set); a
+    fence; one ``exch`` to FREE; then the page back in the free-page index. The pages-used ``add`` before, and back if the ``cas`` fails.
     """
     idx = L.state_word(p)
     _pages_changed(meta, -1)
     # State word: cas from exactly the empty slab we saw.
     if cuda.atomic.cas(meta, _at(idx), s, L.state_keep_count(s) | L.TAG_RETIRING) != s:
         _pages_changed(meta, 1)
-        return
+        return 0
+    c = L.slab_class(L.state_tag(s))
+    _index_clear(meta, L.room_tree(npages, c), npages, p >> L.WORD_SHIFT,
+                 int64(1) << (p & (L.BITS_PER_WORD - 1)))
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT):
         meta[_at(L.bitmap_word(npages, p, w))] = 0
     cuda.threadfence()  # release: the cleared bitmap before the page is free
     # State word: exch on a page only we may change.
     cuda.atomic.exch(meta, _at(idx), L.state_keep_count(s))
+    _index_set(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
+               int64(1) << (p & (L.BITS_PER_WORD - 1)))
+    return 1
+
+
+@cuda.jit(device=True)
+def _room_set(meta, npages, c, p):
+    """Mark page ``p`` in class ``c``'s room index (a slot may be free there).
+
+    Nothing if the mark is there already (a plain load): a search that
+    clears a mark looks at the page again afterwards (:func:`_room_drop`),
+    so a mark seen here and cleared just after is put back if the room we
+    made is still there. Else the index's ``or`` (and counts).
+    """
+    base = L.room_tree(npages, c)
+    bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
+    if not meta[_at(base + (p >> L.WORD_SHIFT))] & bit:  # guess
+        _index_set(meta, base, npages, p >> L.WORD_SHIFT, bit)
+
+
+@cuda.jit(device=True)
+def _room_drop(meta, npages, c, p):
+    """Take page ``p``, found unable to serve class ``c``, out of its room index.
+
+    Clear, then look again: if room appeared meanwhile (a free whose mark
+    came before our clear), mark it back, so that a slab with room is never
+    left unmarked once every thread is done. Atomics: the clear's ``and``
+    (and counts); the mark's when room reappeared.
+    """
+    base = L.room_tree(npages, c)
+    if _index_clear(meta, base, npages, p >> L.WORD_SHIFT,
+                    int64(1) << (p & (L.BITS_PER_WORD - 1))):
+        s = meta[_at(L.state_word(p))]  # look again (a guess: at worst a stale mark)
+        if L.state_tag(s) == L.slab_tag(c) and L.slab_live(s) < _blocks(c):
+            _index_set(meta, base, npages, p >> L.WORD_SHIFT,
+                       int64(1) << (p & (L.BITS_PER_WORD - 1)))
+
+
+#: _find's index cursor: the whole index from its top word, or none left.
+START = -1
+DONE = -2
 
 
 @cuda.jit(device=True)
 def _find(meta, npages, c, want):
     """Return a grant of up to ``want`` blocks of class ``c``, or 0.
 
-    Starts at the page the warp's hint slot names and visits every page
-    once per pass; a pass that lost a race somewhere is followed by another,
-    up to SMALL_PASSES, so contention alone rarely yields nothing. A grant
-    from another page than the hint's moves the hint there (``exch``).
+    Candidates, in order: the page the warp's hint slot names; the slabs of
+    class ``c`` that may have room (the room index; one that cannot serve is
+    taken out of it, :func:`_room_drop`); the free pages (the free-page
+    index, lowest first; a stale entry is repaired, :func:`pages._repair`).
+    An empty index answers with one load (its top word), so a heap with no
+    page that can serve says so at once. A pass
+    over the indexes that lost a race somewhere (BUSY) is followed by
+    another, up to SMALL_PASSES. A grant from an index moves the hint there
+    (``exch``).
+
+    Each callee has one call site (everything is inlined), and the loop's
+    state is 32-bit where it can be: registers.
     """
     slot = _scatter(_warp_number(), L.hint_slots(npages))
     hint_idx = L.hint_word(c, slot)
-    # The search's own state is 32-bit (pages < 2**25): 64-bit counters here
-    # cost 7 registers in the alloc kernel. A hint of 0 (none) wraps to
-    # 2**32 - 1, so one compare range-checks it.
-    n = uint32(npages)
-    p = uint32((meta[_at(hint_idx)] - 1) & 0xFFFFFFFF)  # racy hint: any value is safe
-    if p >= n:
-        p = uint32(L.slot_start(npages, slot))
-    left = n  # visits left in this pass
+    # A hint of 0 (none) wraps to 2**32 - 1, so one compare range-checks it.
+    h = uint32((meta[_at(hint_idx)] - 1) & 0xFFFFFFFF)  # racy hint: any value is safe
+    p = h
+    phase = uint32(0)  # 0: the hint; 1: the room index; 2: the free-page index
     passes = uint32(SMALL_PASSES)
     busy = False
-    moved = False
+    w = int32(DONE)  # the index word to look at next
+    bits = uint32(0)  # candidates left in the word before it
+    recheck = True
     while True:
-        g = _reserve(meta, npages, int64(p), c, want)
-        if g > BUSY:
-            if moved:
-                cuda.atomic.exch(meta, _at(hint_idx), int64(p) + 1)  # hint: racy, harmless
-            return g
-        if g == BUSY:
-            busy = True
-        moved = True
-        p = uint32(p + 1)
-        if p == n:
-            p = uint32(0)
-        left = uint32(left - 1)
-        if left == 0:
-            passes = uint32(passes - 1)
-            if not busy or passes == 0:
-                return 0
-            busy = False
-            left = n
+        if phase > 0:
+            if bits == 0 and w != DONE:
+                base = L.room_tree(npages, c) if phase == 1 else L.free_tree(npages)
+                v, x = _index_find(meta, base, npages, w, True)
+                w = int32(v) if v >= 0 else int32(DONE)
+                bits = uint32(x)
+            if bits == 0:  # this index has no more candidates
+                phase = uint32(phase + 1)
+                if phase == 3:
+                    passes = uint32(passes - 1)
+                    if not busy or passes == 0:
+                        return 0
+                    busy = False
+                    phase = uint32(1)
+                    recheck = True
+                w = int32(START)
+                continue
+            low = bits & uint32(-int64(bits))
+            bits = uint32(bits ^ low)
+            p = uint32((w << L.WORD_SHIFT) + L.floor_log2(low))
+            if bits == 0:
+                w = int32(w + 1)
+            if phase == 2 and recheck:
+                # The pass's first free page: did a slab with room appear
+                # since the room index was read? (A taker marks it before
+                # its page leaves the free-page index, read just now.)
+                recheck = False
+                if _index_find(meta, L.room_tree(npages, c), npages, START, True)[0] >= 0:
+                    phase = uint32(1)
+                    w = int32(START)
+                    bits = uint32(0)
+                    continue
+        if p < uint32(npages):
+            g = _reserve(meta, npages, int64(p), c, want)
+            if g > BUSY:
+                if p != h:
+                    cuda.atomic.exch(meta, _at(hint_idx), int64(p) + 1)  # hint: racy, harmless
+                return g
+            if g == BUSY:
+                busy = True
+            elif phase == 1:
+                _room_drop(meta, npages, c, int64(p))  # a stale mark
+            elif phase == 2:
+                _repair(meta, npages, int64(p))  # a stale entry
+        if phase == 0:
+            phase = uint32(1)
+            w = int32(START)
 
 
 @cuda.jit(device=True)
