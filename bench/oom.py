@@ -2,7 +2,7 @@
 
 **Fill** (the test of Winter et al., "Are dynamic memory managers on GPUs
 slow?", PPoPP 2021): threads allocate blocks of one size (16 B, 512 B,
-8 KiB) until ``alloc`` returns NULL; the served bytes are reported as a
+8 KiB, and 64 KiB: large blocks of 4 pages) until ``alloc`` returns NULL; the served bytes are reported as a
 percentage of (a) the capacity asked of ``Heap`` (metadata included) and
 (b) ``heap.capacity``, the arena. In "single" warp-shim mode each thread
 stops at its first NULL, as in the paper. In "warp" mode the lanes of a warp
@@ -45,8 +45,9 @@ from devalloc.sim import warp  # noqa: E402
 
 NULL = devalloc.NULL
 MODES = ("single", "warp")
-#: Block size (bytes) -> heap pages of its fill; a few thousand blocks each.
-FILL_PAGES = {16: 4, 512: 64, 8192: 64}
+#: Block size (bytes) -> heap pages of its fill; a few thousand blocks each
+#: (16 large blocks of 4 pages).
+FILL_PAGES = {16: 4, 512: 64, 8192: 64, 65536: 64}
 FILL_SHAPE = (2, 64)
 #: Fragmentation: (name, low, high, log-uniform) size distributions.
 DISTRIBUTIONS = (("16-4096 B uniform", 16, 4096, False),
@@ -112,7 +113,8 @@ def fill_heap(nbytes, npages, mode, shape=FILL_SHAPE):
         "capacity": heap.capacity, "served": served, "served_bytes": served * nbytes,
         "pct_requested": 100.0 * served * nbytes / requested,
         "pct_capacity": 100.0 * served * nbytes / heap.capacity,
-        "slots": npages * L.class_blocks(L.size_class(nbytes)) if nbytes <= L.MAX_SMALL else None,
+        "slots": (npages * L.class_blocks(L.size_class(nbytes)) if nbytes <= L.MAX_SMALL
+                  else npages // L.pages_for(nbytes)),
         "usage": u,
     }
 
@@ -196,7 +198,8 @@ def fill_section(fills):
         f"{blocks} blocks of {threads} threads allocate one size until NULL "
         "(\"single\": each thread stops at its first NULL; \"warp\": converged, "
         "every thread calls until a round serves nothing). `slots`: heap pages x "
-        "blocks per slab. `NULLs`: `usage().failed`, the calls that found the heap full.",
+        "blocks per slab (for 64 KiB: heap pages / 4). `NULLs`: `usage().failed`, the "
+        "calls that found the heap full.",
         "",
         markdown_table(cols, rows),
         "",

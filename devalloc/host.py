@@ -76,6 +76,21 @@ def check_capacity(capacity, least=L.MIN_CAPACITY):
     return capacity
 
 
+def free_index_template(npages):
+    """Return the free-page index of a heap with every page free (int64 words).
+
+    Level 0: a bit per page, set; above: the pages under each word
+    (layout.py, "page index"; :func:`layout.free_tree_init` word by word).
+    """
+    levels = []
+    for j in range(L.tree_levels(npages)):
+        span = 1 << (L.WORD_SHIFT * (j + 1))
+        lo = np.arange(L.level_words(npages, j), dtype=np.int64) * span
+        n = np.minimum(span, npages - lo)
+        levels.append((np.left_shift(1, n) - 1) if j == 0 else n)
+    return np.concatenate(levels).astype(np.int64)
+
+
 def _zero(array, nbytes, stream):
     """Zero ``array`` on ``stream`` without synchronizing the host."""
     if config.ENABLE_CUDASIM:
@@ -237,7 +252,10 @@ class Heap:
                 raise
         self.requested = capacity
         self.npages = self._arena.size // L.PAGE
-        _zero(self._meta, self._meta.size * 8, self.stream)
+        # The free-page index starts with every page free: kept on the device
+        # so that reset copies it without the host (a device-to-device copy).
+        self._index = cuda.to_device(free_index_template(self.npages), stream=self.stream)
+        self._clear_meta(self.stream)
         if self.debug:
             self._debug = cuda.device_array(L.DEBUG_WORDS, np.int64, stream=self.stream)
             _zero(self._debug, L.DEBUG_WORDS * 8, self.stream)
@@ -340,10 +358,19 @@ class Heap:
         """
         self._live()
         with self._on_device():
-            _zero(self._meta, self._meta.size * 8, self._stream(stream))
+            self._clear_meta(self._stream(stream))
             for array in (self._debug, self._prof, self._trace):
                 if array is not None and array.size:
                     _zero(array, array.size * 8, self._stream(stream))
+
+    def _clear_meta(self, stream: Any) -> None:
+        """Zero the metadata but the words a new heap sets: the free-page
+        index (every page free) and the spread's bound, from device copies
+        made once (device-to-device: no host synchronization)."""
+        _zero(self._meta, self._meta.size * 8, stream)
+        at = L.free_tree(self.npages)
+        self._meta[at:at + self._index.size].copy_to_device(self._index, stream=stream)
+        self._meta[L.H_SPREAD_MAX:L.H_SPREAD_MAX + 1].copy_to_device(self._spread_max, stream=stream)
 
     def usage(self, stream: Any = None) -> Usage:
         """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`.
@@ -428,13 +455,13 @@ class Heap:
         """
         self._live()
         old = (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-               self._ctx, self.requested, self.npages)
+               self._ctx, self.requested, self.npages, self._index, self._spread_max)
         try:
             with self._on_device():
                 self._build(capacity)
         except Exception:
             (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-             self._ctx, self.requested, self.npages) = old
+             self._ctx, self.requested, self.npages, self._index, self._spread_max) = old
             raise
 
     def run(self, kernel: Any, griddim: Any, blockdim: Any, *args: Any, ceiling: int,
@@ -517,6 +544,7 @@ class Heap:
             self._closed = True
             self._arena = self._meta = self._ctx = self._debug = self._sizes = None
             self._prof = self._trace = None
+            self._index = self._spread_max = None
 
     @property
     def closed(self) -> bool:

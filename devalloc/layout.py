@@ -231,6 +231,11 @@ def slab_cursor(s):
 #   [STATE_BASE, STATE_BASE + npages)          one state word per page
 #   [bits_base(npages), + npages * BITMAP_WORDS)
 #                                              slab bitmaps, 32 bits per word
+#   [free_tree(npages), + tree_words(npages))  the free-page index ("page index")
+#   [room_tree(npages, c), + tree_words(npages))
+#                                              class c's room index, c < NCLASSES
+# Everything is zero after a reset but the free-page index, which starts
+# with every page free (free_tree_init).
 #: Pages currently held by slabs and large blocks.
 H_PAGES_USED = 0
 #: High-water mark of H_PAGES_USED since the last reset.
@@ -255,25 +260,30 @@ S_SCOPE_MISUSE = 2
 S_SCOPE_CHUNKS = 3   # chunks ever taken (subtracted from allocs)
 S_SCOPE_LIVE = 4     # chunks held now (subtracted from live blocks)
 S_SCOPE_BYTES = 5    # their reserved bytes (subtracted from in_use)
-#: Per-class hints, HINT_SLOTS per class: page + 1 of a slab that recently
-#: served the class (0: none yet). A warp uses the slot its hashed warp
-#: number picks (:func:`hint_word`), so in a large heap up to HINT_SLOTS slabs
-#: of a class fill side by side instead of every warp hitting one word.
-HINT_SLOTS = 8
-#: A heap gets one slot per this many pages (at least 1, at most HINT_SLOTS).
-PAGES_PER_SLOT = 256
+#: The most hint slots a class may spread over: log2, written at reset
+#: (:func:`spread_log_max`; the heap's pages and the GPU's SM count bound it).
+H_SPREAD_MAX = 6
+#: Per class, one line of HINT_STRIDE words: the class's *spread* word
+#: (log2 of the hint slots in use; 0 after a reset: one slot), then HINT_SLOTS
+#: hints, page + 1 of a slab that recently served the class (0: none yet).
+#: A warp uses slot ``warp number mod 2**spread`` (:func:`hint_word`); a
+#: leader that gives up on its slot's slab after SLAB_TRIES lost ``cas``
+#: widens the spread by one (``max``, up to H_SPREAD_MAX), so a class fills
+#: one slab while it is calm and up to 2**H_SPREAD_MAX side by side under
+#: contention. The spread word and slot 0 share a 128-byte line: a calm
+#: class's search loads both at once.
+HINT_SLOTS = 128
+HINT_STRIDE = 144  # 1 + HINT_SLOTS, rounded up to a 128-byte line (16 words)
+#: A heap spreads a class over at most one slot per this many pages.
+PAGES_PER_SLOT = 32
 HINT_BASE = STRIPE_BASE + STRIPES * STRIPE_STRIDE
-HEADER_WORDS = HINT_BASE + NCLASSES * HINT_SLOTS
+HEADER_WORDS = HINT_BASE + NCLASSES * HINT_STRIDE
 STATE_BASE = HEADER_WORDS
 
 #: Most pages a heap may have: page indices must fit the bump word (25 bits).
 MAX_PAGES = (1 << 25) - 2
 
-#: Bytes of metadata each page costs (its state word and its bitmap).
-META_BYTES_PER_PAGE = 8 * (1 + BITMAP_WORDS)
 HEADER_BYTES = 8 * HEADER_WORDS
-#: The smallest capacity that holds the metadata and one page.
-MIN_CAPACITY = HEADER_BYTES + PAGE + META_BYTES_PER_PAGE
 
 
 @register_jitable
@@ -295,23 +305,137 @@ def bitmap_word(npages, p, w):
 
 
 @register_jitable
+def free_tree(npages):
+    """Return the metadata word where the free-page index starts."""
+    return STATE_BASE + npages * (1 + BITMAP_WORDS)
+
+
+@register_jitable
+def tree_stride(npages):
+    """Return the words from one tree's start to the next's (>= tree_words).
+
+    A bound without a loop: level 0's ceil(npages / 32) words, the levels
+    above (fewer than npages / 512 together) and their rounding.
+    """
+    return (npages >> WORD_SHIFT) + (npages >> (2 * WORD_SHIFT - 1)) + 2 * TREE_LEVELS
+
+
+@register_jitable
+def room_tree(npages, c):
+    """Return the metadata word where class ``c``'s room index starts."""
+    return free_tree(npages) + (1 + c) * tree_stride(npages)
+
+
+@register_jitable
 def meta_words(npages):
     """Return the number of ``int64`` metadata words for ``npages`` pages."""
-    return STATE_BASE + npages * (1 + BITMAP_WORDS)
+    return room_tree(npages, NCLASSES)
+
+
+@register_jitable
+def meta_bytes(npages):
+    """Return the bytes of metadata of a heap of ``npages`` pages."""
+    return 8 * meta_words(npages)
 
 
 @register_jitable
 def pages_for_capacity(capacity):
     """Return how many pages fit, with their metadata, in ``capacity`` bytes."""
-    if capacity < MIN_CAPACITY:
-        return 0
-    return (capacity - HEADER_BYTES) // (PAGE + META_BYTES_PER_PAGE)
+    # A lower bound (META_BYTES_PER_PAGE and TREE_SLACK_BYTES bound the
+    # metadata from above), then up while one more page fits.
+    n = (capacity - HEADER_BYTES - TREE_SLACK_BYTES) // (PAGE + META_BYTES_PER_PAGE)
+    if n < 0:
+        n = 0
+    while n > 0 and capacity_for_pages(n) > capacity:
+        n -= 1
+    while capacity_for_pages(n + 1) <= capacity:
+        n += 1
+    return n
 
 
 @register_jitable
 def capacity_for_pages(npages):
     """Return the smallest capacity whose heap has ``npages`` pages."""
-    return HEADER_BYTES + npages * (PAGE + META_BYTES_PER_PAGE)
+    return npages * PAGE + meta_bytes(npages)
+
+
+# ============================================================ page index
+# Two kinds of 32-ary tree over the pages, laid out alike (word offsets from
+# the tree's start; ``free_tree``/``room_tree`` give the starts):
+#   level 0: level_words(npages, 0) = ceil(npages / 32) words; bit b of word w
+#            (b < 32) stands for page 32 w + b; bits 32..63 are always clear
+#   level j >= 1, while level j - 1 has more than one word:
+#            ceil(words of level j - 1 / 32) words; word i holds the number
+#            of level-0 bits set under it (pages [32^(j+1) i, 32^(j+1) (i+1)))
+# The top level has one word (a heap of up to 32 pages: level 0 alone).
+# * The free-page index: bit set = the page is FREE and nobody is taking it
+#   (a *ticket*: a taker clears it with an ``and`` before its state ``cas``,
+#   a freer sets it after the page became FREE). Starts all set.
+# * Class c's room index: bit set = the page may be a slab of class c with a
+#   free slot (set when room appears, cleared when a search finds none).
+# A count is raised before the bits it counts are set and lowered after they
+# were cleared, so it is never below them (docs/correctness.md, "Page index").
+#: Bits used in a level-0 word (as in the slab bitmaps).
+TREE_FANOUT = BITS_PER_WORD
+#: Most levels a tree has (a heap of MAX_PAGES pages).
+TREE_LEVELS = 5
+#: Bytes the trees may take beyond their share per page: a partly used word
+#: per level in each of the 1 + NCLASSES trees.
+TREE_SLACK_BYTES = 8 * (TREE_LEVELS + 1) * (1 + NCLASSES)
+
+
+@register_jitable
+def level_words(npages, j):
+    """Return the words of level ``j`` of a tree over ``npages`` pages."""
+    n = (npages + TREE_FANOUT - 1) >> WORD_SHIFT
+    for _ in range(j):
+        n = (n + TREE_FANOUT - 1) >> WORD_SHIFT
+    return n
+
+
+@register_jitable
+def tree_levels(npages):
+    """Return the levels of a tree over ``npages`` pages (1: level 0 alone)."""
+    k = 1
+    n = (npages + TREE_FANOUT - 1) >> WORD_SHIFT
+    while n > 1:
+        n = (n + TREE_FANOUT - 1) >> WORD_SHIFT
+        k += 1
+    return k
+
+
+@register_jitable
+def level_start(npages, j):
+    """Return the offset of level ``j``'s first word from the tree's start."""
+    start = 0
+    for i in range(j):
+        start += level_words(npages, i)
+    return start
+
+
+@register_jitable
+def tree_words(npages):
+    """Return the words of one tree over ``npages`` pages (every level)."""
+    return level_start(npages, tree_levels(npages))
+
+
+@register_jitable
+def free_tree_init(npages, j, i):
+    """Return word ``i`` of level ``j`` of a free-page index with every page free."""
+    span = 1 << (WORD_SHIFT * (j + 1))  # pages under one word of level j
+    lo = i * span
+    n = min(span, npages - lo)
+    if j == 0:
+        return (1 << n) - 1
+    return n
+
+
+#: The smallest capacity that holds the metadata and one page.
+MIN_CAPACITY = PAGE + meta_bytes(1)
+#: Bytes of metadata each page costs, at most, beyond the header and
+#: TREE_SLACK_BYTES: its state word, its bitmap, and its share of the 1 +
+#: NCLASSES trees (a bit each, 32 to a word, and the counts above them).
+META_BYTES_PER_PAGE = 8 * (1 + BITMAP_WORDS) + -(-8 * (1 + NCLASSES) * 17 // 512)
 
 
 @register_jitable
@@ -321,30 +445,29 @@ def stripe_word(stripe, field):
 
 
 @register_jitable
-def hint_slots(npages):
-    """Return how many hint slots per class a heap of ``npages`` pages uses."""
-    k = npages // PAGES_PER_SLOT
-    if k < 1:
-        return 1
-    if k > HINT_SLOTS:
-        return HINT_SLOTS
-    return k
+def spread_log_max(npages, sms):
+    """Return log2 of the most hint slots a class may use (H_SPREAD_MAX).
+
+    Enough slots for every SM to fill its own slab (``sms`` rounded up to a
+    power of two), but at most one per PAGES_PER_SLOT pages of the heap (a
+    slot holds a page per class in use) and at most HINT_SLOTS.
+    """
+    e = 0
+    while (2 << e) <= HINT_SLOTS and (1 << e) < sms and (2 << e) * PAGES_PER_SLOT <= npages:
+        e += 1
+    return e
+
+
+@register_jitable
+def spread_word(c):
+    """Return the metadata word of class ``c``'s spread (log2 of its slots in use)."""
+    return HINT_BASE + c * HINT_STRIDE
 
 
 @register_jitable
 def hint_word(c, slot):
     """Return the metadata word of class ``c``'s hint in ``slot``."""
-    return HINT_BASE + c * HINT_SLOTS + slot
-
-
-@register_jitable
-def slot_start(npages, slot):
-    """Return the page where ``slot`` starts searching while it has no hint.
-
-    Slots start 1/32 of the arena apart, all in the lowest quarter (large
-    blocks are taken from the top).
-    """
-    return slot * (npages // 32)
+    return HINT_BASE + c * HINT_STRIDE + 1 + slot
 
 
 # ================================================================ grant
@@ -584,7 +707,7 @@ def trace_words(n):
 PROF_STRIPES = 8
 PROF_STRIDE = 16
 P_CAS_RETRIES = 0      # state-word cas that lost (slab reserve, page take, retire)
-P_PAGES_SCANNED = 1    # pages visited by the slab search and the large scan
+P_PAGES_SCANNED = 1    # pages tried by the slab search, runs tried by the large search
 P_SLABS_TAKEN = 2      # free pages that became slabs
 P_SLABS_RETIRED = 3    # empty slabs that became free pages
 P_LARGE_SCANS = 4      # passes of the large-block scan
@@ -592,12 +715,13 @@ P_HINT_MOVES = 5       # class hints moved to another page
 P_FAILED_TOO_BIG = 6   # NULL: larger than the arena (alloc, bump, scoped)
 P_FAILED_NONPOSITIVE = 7  # NULL: nbytes <= 0
 P_FAILED_NO_PAGE = 8   # NULL: no page could serve it (full, or lost every race)
-PROF_COUNTERS = 9
+P_SPREAD_WIDENED = 9   # a class's spread widened (a leader gave up on its hinted slab)
+PROF_COUNTERS = 10
 PROF_WORDS = PROF_STRIPES * PROF_STRIDE
 #: ``usage().profile`` keys, by counter.
 PROF_NAMES = ("cas_retries", "pages_scanned", "slabs_taken", "slabs_retired",
               "large_scans", "hint_moves", "failed_too_big", "failed_nonpositive",
-              "failed_no_page")
+              "failed_no_page", "spread_widened")
 
 
 @register_jitable
@@ -619,4 +743,13 @@ assert SCOPE_MAX_CHUNK + PAGE == (SCOPE_CURSOR_MASK + 1) << ALIGN_SHIFT
 assert CHUNK_SIZE + 8 <= SCOPE_HEADER
 assert DEBUG_WORDS == record_word(RECORDS, R_KIND)
 assert PAGE + GUARD < 1 << 16  # a debug block's slack fits a uint16 sizes entry
+assert HINT_STRIDE >= 1 + HINT_SLOTS and HINT_STRIDE % 16 == 0 and HINT_BASE % 16 == 0
+assert H_SPREAD_MAX < STRIPE_BASE
 assert len(OP_NAMES) == OP_FREE_INVALID and len(PROF_NAMES) == PROF_COUNTERS <= PROF_STRIDE
+assert tree_levels(MAX_PAGES) <= TREE_LEVELS
+assert all(tree_words(n) <= tree_stride(n) for n in (1, 31, 32, 33, 1023, 1025, 32769, MAX_PAGES))
+assert tree_levels(TREE_FANOUT) == 1 and tree_levels(TREE_FANOUT + 1) == 2
+assert level_words(MAX_PAGES, TREE_LEVELS - 1) == 1  # the top level is one word
+# A count word holds at most every page of the heap: far below bit 63.
+assert MAX_PAGES < 1 << 62
+assert meta_words(MAX_PAGES) < 1 << 31  # metadata indices fit 32 bits (device _at)

@@ -205,7 +205,7 @@ def live_blocks(meta: Any, npages: int) -> list[tuple[int, int]]:
     offs = [heads * L.PAGE]
     sizes = [L.state_n(state[heads]) * L.PAGE]
     slabs = np.flatnonzero((tag >= 1) & (tag <= L.NCLASSES))  # is_slab_tag, vectorized
-    bitmaps = meta[L.bits_base(npages):L.meta_words(npages)].reshape(npages, L.BITMAP_WORDS)
+    bitmaps = meta[L.bits_base(npages):L.free_tree(npages)].reshape(npages, L.BITMAP_WORDS)
     block = np.arange(L.MAX_SLAB_BLOCKS)
     for lo in range(0, len(slabs), _SLAB_BATCH):
         pages = slabs[lo:lo + _SLAB_BATCH]

@@ -30,11 +30,14 @@ simulator_only = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="counts si
 
 #: Exact atomics of the small-block path with no other thread running, by
 #: kind (devalloc/device.py's docstring). The first alloc also takes a page
-#: (pages-used add, peak max). A slab with never-used blocks serves an
-#: allocation with its one state-word cas; reusing a freed block adds the
-#: bitmap and. A free sets its bit and gives its slot back.
+#: from the free-page index: its cas, the room index's mark (or), the page
+#: out of the free-page index (and), pages-used add, peak max, and the hint
+#: moved to it (exch); a heap of up to 32 pages has no counts above its
+#: index words. A slab with never-used blocks serves an allocation with its
+#: one state-word cas; reusing a freed block adds the bitmap and. A free
+#: sets its bit and gives its slot back.
 UNCONTENDED = {
-    "cold": {"cas": 1, "add": 1, "max": 1},
+    "cold": {"cas": 1, "or_": 1, "and_": 1, "add": 1, "max": 1, "exch": 1},
     "alloc": {"cas": 1},
     "reuse": {"cas": 1, "and_": 1},
     "free": {"or_": 1, "add": 1},
@@ -124,10 +127,11 @@ def test_workload_counts_are_consistent(workload, mode):
 
 
 @simulator_only
-@pytest.mark.parametrize("nbytes,npages", [(16, 1), (512, 4), (8192, 4)])
+@pytest.mark.parametrize("nbytes,npages", [(16, 1), (512, 4), (8192, 4), (65536, 16)])
 def test_fill_serves_every_slot_of_the_heap(nbytes, npages):
     f = oom.fill_heap(nbytes, npages, "warp", shape=(1, 32))
-    assert f["served"] == f["slots"] == npages * L.class_blocks(L.size_class(nbytes))
+    per_page = L.class_blocks(L.size_class(nbytes)) if nbytes <= L.MAX_SMALL else 1 / 4
+    assert f["served"] == f["slots"] == npages * per_page
     assert f["served_bytes"] == f["capacity"] == npages * L.PAGE
     assert f["pct_capacity"] == 100.0
     assert f["pct_requested"] == 100.0 * npages * L.PAGE / L.capacity_for_pages(npages)

@@ -279,6 +279,11 @@ def quiescent_state():
     (lambda w: w.__setitem__(L.stripe_word(3, L.S_FAILED), 1), "counters"),
     (lambda w: w.__setitem__(L.bits_base(2) + L.BITMAP_WORDS, 1), "bitmap"),
     (lambda w: w.__setitem__(L.H_PEAK_PAGES, 3), "peak"),
+    # The page index (page 0: the live block's slab, page 1: free).
+    (lambda w: w.__setitem__(L.free_tree(2), 0b01), "free page index"),
+    (lambda w: w.__setitem__(L.free_tree(2), 0b110), "page index"),
+    (lambda w: w.__setitem__(L.room_tree(2, L.size_class(64)), 0), "room index"),
+    (lambda w: w.__setitem__(L.room_tree(2, 0) + L.tree_words(2), 1), "page index"),
 ])
 def test_invariant_checks_catch_corrupted_states(corrupt, invariant):
     words, model, peak = quiescent_state()
@@ -302,11 +307,25 @@ def test_quiescent_checks_are_exact(corrupt, invariant):
     assert e.value.invariant == invariant, str(e.value)
 
 
+def drained_words(npages):
+    """The metadata of an empty heap of ``npages`` pages, as Heap lays it out."""
+    from devalloc.host import free_index_template
+
+    words = [0] * L.meta_words(npages)
+    at = L.free_tree(npages)
+    words[at:at + L.tree_words(npages)] = free_index_template(npages).tolist()
+    return words
+
+
 def test_drained_check_finds_a_lost_page():
-    words = [0] * L.meta_words(2)
+    words = drained_words(2)
     check_drained(words, 2)
     words[L.STATE_BASE + 1] = L.pack_state(L.slab_tag(3), 0, 5)
     with pytest.raises(Fault, match="page 1 is SLAB64"):
+        check_drained(words, 2)
+    words = drained_words(2)
+    words[L.free_tree(2)] = 0b01  # page 1 free but missing from the index
+    with pytest.raises(Fault, match="free-page index"):
         check_drained(words, 2)
 
 

@@ -82,7 +82,30 @@ def test_metadata_regions_do_not_overlap():
     assert last_stripe < L.HINT_BASE
     assert L.HINT_BASE + L.NCLASSES * L.HINT_SLOTS == L.STATE_BASE
     assert L.bits_base(10) == L.STATE_BASE + 10
-    assert L.meta_words(10) == L.bits_base(10) + 10 * L.BITMAP_WORDS
+    assert L.free_tree(10) == L.bits_base(10) + 10 * L.BITMAP_WORDS
+    assert L.room_tree(10, 0) == L.free_tree(10) + L.tree_stride(10)
+    assert L.meta_words(10) == L.room_tree(10, L.NCLASSES - 1) + L.tree_stride(10)
+
+
+@pytest.mark.parametrize("npages", [1, 31, 32, 33, 1024, 1025, 40000, 1 << 20, L.MAX_PAGES])
+def test_page_index_geometry(npages):
+    # Level 0: a bit per page, 32 to a word; each level above: a word per 32
+    # words below, up to one top word; the trees fit their stride.
+    levels = L.tree_levels(npages)
+    words = [L.level_words(npages, j) for j in range(levels)]
+    assert words[0] * 32 >= npages > (words[0] - 1) * 32
+    assert all(words[j] == -(-words[j - 1] // 32) for j in range(1, levels))
+    assert words[-1] == 1 and (levels == 1 or words[-2] > 1)
+    assert L.tree_words(npages) == sum(words) <= L.tree_stride(npages)
+    assert [L.level_start(npages, j) for j in range(levels)] == [sum(words[:j]) for j in range(levels)]
+
+
+def test_free_tree_init_counts_every_page():
+    npages = 1100  # three levels: 35 words, 2 counts, the top count
+    assert L.free_tree_init(npages, 0, 0) == 0xFFFFFFFF
+    assert L.free_tree_init(npages, 0, 34) == (1 << (npages - 34 * 32)) - 1
+    assert [L.free_tree_init(npages, 1, i) for i in range(2)] == [1024, npages - 1024]
+    assert L.free_tree_init(npages, 2, 0) == npages
 
 
 def test_capacity_geometry():
@@ -90,15 +113,15 @@ def test_capacity_geometry():
     assert L.pages_for_capacity(L.MIN_CAPACITY) == 1
     for cap in (L.MIN_CAPACITY, 1 << 20, 12 * L.PAGE, 1 << 30, (1 << 34) + 12345):
         n = L.pages_for_capacity(cap)
-        used = L.HEADER_BYTES + n * L.PAGE + 8 * (L.meta_words(n) - L.HEADER_WORDS)
+        used = n * L.PAGE + L.meta_bytes(n)
         assert used <= cap  # the heap never takes more than it was given
-        assert used + L.PAGE + L.META_BYTES_PER_PAGE > cap  # and wastes less than a page
+        assert L.capacity_for_pages(n + 1) > cap  # and one more page would not fit
 
 
 @pytest.mark.parametrize("cap,fraction", [(1 << 20, 0.96), (1 << 24, 0.98), (1 << 30, 0.98)])
 def test_usable_fraction_of_capacity(cap, fraction):
-    # Metadata is 264 B per 16 KiB page (1.6 %) plus a 1408 B header; the rest
-    # of a small heap is lost to the page granularity.
+    # Metadata is about 273 B per 16 KiB page (1.7 %) plus a 3200 B header; the
+    # rest of a small heap is lost to the page granularity.
     assert L.pages_for_capacity(cap) * L.PAGE >= fraction * cap
 
 

@@ -332,10 +332,13 @@ def test_inner_scopes_reuse_the_chunk_without_atomics():
     assert len(set(o[:10].tolist())) == 1  # every step reuses the same bytes
     assert o[10] == devalloc.SCOPE_NONE
     # One chunk taken and freed for 10 scoped allocations. Taking it: the
-    # slot cas, the page's pages-used add and peak max, the bit or, three
-    # striped scope counters (7). Freeing it: the bit and, the slot add, the
-    # retire's pages-used add and cas, two striped counters (6).
-    assert n.total == 13, n
+    # slot cas, the page's pages-used add and peak max, its room-index mark
+    # (or), its free-page index bit (and), the hint (exch), three striped
+    # scope counters (9). Freeing it: the bit or, the slot add, the retire's
+    # pages-used add, cas and exch, its room mark cleared (and), the page
+    # back in the free-page index (or), two striped counters (9).
+    assert n.total == 18, n
+    assert n.by_kind == {"cas": 2, "or_": 3, "and_": 2, "add": 8, "max": 1, "exch": 2}, n
     u = heap.usage()
     assert (u.scoped_bytes, u.reserved, u.allocs, u.failed, u.scope_misuse) == (0, 0, 0, 0, 0)
 
@@ -373,10 +376,11 @@ def test_a_converged_warp_bumping_one_size_costs_one_atomic():
     assert (np.diff(offs) == 48).all()  # 96 contiguous blocks
     chunk = L.bump_chunk_pages(16)
     # Warp 1 installs the first chunk: one cas per page claimed and an exch
-    # that makes the lowest page its head, then the cas that installs it
-    # (its claim too), then pages-used add and peak max. Warps 2 and 3: one
-    # cas each for the whole warp.
-    assert n.by_kind == {"cas": chunk + 1 + 2, "exch": 1, "add": 1, "max": 1}, n
+    # that makes the lowest page its head, its pages out of the free-page
+    # index (one and: one index word), then the cas that installs it (its
+    # claim too), then pages-used add and peak max. Warps 2 and 3: one cas
+    # each for the whole warp.
+    assert n.by_kind == {"cas": chunk + 1 + 2, "exch": 1, "and_": 1, "add": 1, "max": 1}, n
     assert heap.usage().bump_allocs == 96
 
 

@@ -36,7 +36,7 @@ def test_state_word_accessors_round_trip():
 def test_metadata_word_helpers():
     assert L.state_word(3) == L.STATE_BASE + 3
     assert L.bitmap_word(10, 2, 5) == L.bits_base(10) + 2 * L.BITMAP_WORDS + 5
-    assert L.bitmap_word(10, 9, L.BITMAP_WORDS - 1) == L.meta_words(10) - 1
+    assert L.bitmap_word(10, 9, L.BITMAP_WORDS - 1) == L.free_tree(10) - 1
     assert L.record_word(0, L.R_KIND) == L.RECORD_BASE
     assert L.record_word(2, L.R_THREAD) == L.RECORD_BASE + 2 * L.RECORD_WORDS + 3
 

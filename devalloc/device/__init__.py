@@ -22,7 +22,7 @@ else:
     from .intrinsics import view
 
 #: The modules of the device package, for the interleaving explorer.
-MODULES = ("_meta", "ptx", "warp", "pages", "slab", "core", "debug", "api", "bumpalloc",
+MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "api", "bumpalloc",
            "scope", "observe", "intrinsics")
 
 __all__ = ["alloc", "bump", "free", "mark", "release", "scoped", "view"]

@@ -64,7 +64,7 @@ def _claim(meta, npages, total, cnt, prof):
                 cuda.atomic.add(meta, L.H_BUMP_DONE, count)
             return q << L.PAGE_SHIFT
         _pcount(prof, L.P_CAS_RETRIES, 1)  # the install lost
-        _free_pages(meta, q, L.TAG_BUMP, prof)  # another thread changed the chunk first
+        _free_pages(meta, npages, q, L.TAG_BUMP, prof)  # another thread changed the chunk first
         w = old
     return L.NULL
 

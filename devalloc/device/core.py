@@ -112,7 +112,7 @@ def free(ctx, off):
     else:
         warp.join_alone()  # no group needed (simulator: joins the rendezvous)
         if inside and t == L.TAG_HEAD and rel == 0:
-            ok = _free_large(meta, p, _prof_of(ctx))
+            ok = _free_large(meta, npages, p, _prof_of(ctx))
     if not ok:
         _count(meta, L.S_INVALID)
     return ok

@@ -2,19 +2,62 @@
 
 A large block (more than MAX_SMALL bytes) takes whole pages: its first
 page's state word is a HEAD holding the page count, the others are TAILs.
-Callers: :mod:`devalloc.device.core` (large ``alloc``/``free``) and
-:mod:`devalloc.device.bumpalloc` (chunks, tagged BUMP). Every state word change
-is an atomic named below; the ordering argument is in docs/correctness.md.
+Runs of free pages are looked up in the free-page index (:mod:`.index`), a
+hint: every page is claimed with a ``cas`` on its state word, the single
+source of truth, and the index follows the state words: a page enters it
+after it became FREE and leaves it after it was claimed. A page claimed and
+freed again while another thread was between reading the index and its
+``cas`` can be left in the index though taken (a stale entry): a claim that
+meets one takes it out (:func:`_repair`). Callers:
+:mod:`devalloc.device.core` (large ``alloc``/``free``),
+:mod:`devalloc.device.bumpalloc` (chunks, tagged BUMP) and
+:mod:`devalloc.device.slab` (the index of single pages). Every state word
+change is an atomic named below; the ordering argument is in
+docs/correctness.md.
 """
 
-from numba import cuda
+from numba import cuda, int64
 
 from .. import layout as L
 from ._meta import (RETRIES, _acquire_cas, _at, _fence_acq_rel, _fold, _load, _note_fold,
                     _pages_changed, _pcount, _ptally)
+from .index import _index_clear, _index_find, _index_set
 
-#: Passes of the large-block scan, repeated only while claims collided.
+#: Passes over the free-page index for a run, repeated only after a race
+#: for a run was lost (each pass goes down from the top).
 LARGE_PASSES = 8
+
+
+@cuda.jit(device=True)
+def _run_mask(lo, hi):
+    # The bits of pages [lo, hi) in the level-0 word of page lo (hi at most
+    # the word's end).
+    return ((int64(1) << (hi - lo)) - 1) << (lo & (L.BITS_PER_WORD - 1))
+
+
+@cuda.jit(device=True)
+def _word_end(q, hi):
+    # The end of the part of [q, hi) that lies in page q's level-0 word.
+    return min(hi, (q | (L.BITS_PER_WORD - 1)) + 1)
+
+
+@cuda.jit(device=True)
+def _index_pages(meta, npages, lo, hi, free):
+    """Put pages [lo, hi) in the free-page index (``free``) or take them out.
+
+    Called after their state words changed: set once they are FREE, cleared
+    once they are claimed. Atomics per index word: one ``or`` or ``and``,
+    and the counts' ``add``s.
+    """
+    base = L.free_tree(npages)
+    q = lo
+    while q < hi:
+        e = _word_end(q, hi)
+        if free:
+            _index_set(meta, base, npages, q >> L.WORD_SHIFT, _run_mask(q, e))
+        else:
+            _index_clear(meta, base, npages, q >> L.WORD_SHIFT, _run_mask(q, e))
+        q = e
 
 
 @cuda.jit(device=True)
@@ -22,11 +65,11 @@ def _take_page(meta, q, head_k, tag, prof):
     """Turn free page ``q`` into a tail (head_k == 0) or a head of head_k pages.
 
     ``tag`` is the head's tag: TAG_HEAD (a large block, counted in allocs),
-    TAG_BUMP (bump chunks, not counted). Returns 1 on success.
-    Atomics: ``cas`` on the state word (<= RETRIES).
+    TAG_BUMP (bump chunks, not counted). Returns 1 on success, 0 if the page
+    is not free. Atomics: ``cas`` on the state word (<= RETRIES).
     """
     idx = L.state_word(q)
-    s = _load(meta, _at(idx))
+    s = _load(meta, _at(idx))  # guess, validated by the cas
     for _ in range(RETRIES):
         if L.state_tag(s) != L.TAG_FREE:
             return 0
@@ -35,7 +78,7 @@ def _take_page(meta, q, head_k, tag, prof):
             new = L.state_keep_count(s) | L.TAG_TAIL
         else:
             new, folded = _head_word(s, head_k, tag)
-        # State word: cas, races with slab reservers and other large claims.
+        # State word: cas, races with slab takers and other large claims.
         # Acquire: the page's previous owner's accesses come before ours.
         old = _acquire_cas(meta, _at(idx), s, new)
         if old == s:
@@ -56,6 +99,22 @@ def _head_word(s, k, tag):
     if tag == L.TAG_HEAD:
         return _fold(keep + L.COUNT_ONE + L.pack_state(L.TAG_HEAD, k, 0))
     return keep + L.pack_state(tag, k, 0), 0
+
+
+@cuda.jit(device=True)
+def _repair(meta, npages, q):
+    """Take page ``q``, found in the free-page index but taken, out of it.
+
+    Clear, then look again: if the page became FREE meanwhile (its freer's
+    ``or`` came before our clear), put it back, so that a FREE page is never
+    left out once every thread is done. Atomics: the index's ``and`` (and
+    counts), and its ``or`` when the page is FREE again.
+    """
+    base = L.free_tree(npages)
+    bit = int64(1) << (q & (L.BITS_PER_WORD - 1))
+    if _index_clear(meta, base, npages, q >> L.WORD_SHIFT, bit):
+        if L.state_tag(_load(meta, _at(L.state_word(q)))) == L.TAG_FREE:  # look again
+            _index_set(meta, base, npages, q >> L.WORD_SHIFT, bit)
 
 
 @cuda.jit(device=True)
@@ -83,49 +142,50 @@ def _alloc_pages(meta, npages, k, tag, prof):
 
     Large blocks grow down from the top of the arena, slabs up from the
     bottom, so slabs fragment the runs large blocks need as little as
-    possible. The scan goes down; a candidate run [p, p + k) is claimed from
-    its lowest page up, every page as a TAIL, and page p becomes the HEAD
-    last, so the block is freeable only once it is complete. Two threads
-    that found the same run collide on page p: the loser has taken nothing
-    and goes on below p, never touching the winner's run again. A claim
-    that fails higher up (a slab took a page) gives back what it took and
-    also goes on below p. So each pass is strictly downward and costs at
-    most npages loads and npages + k ``cas``; a pass that lost a race is
-    followed by another, up to LARGE_PASSES.
+    possible. The highest run below ``limit`` (first: the arena's end) is
+    looked up in the free-page index (:func:`_find_run`); an index with no
+    such run answers at once. The run
+    [p, p + k) is claimed from its lowest page up, every page as a TAIL, and
+    page p becomes the HEAD last, so the block is freeable only once it is
+    complete; then the run leaves the index (one ``and`` per index word).
+    Two threads that found the same run collide on page p: the loser has
+    taken nothing. A claim that loses a page q gives back what it took
+    (FREE, then in the index), takes q out of the index (:func:`_repair`:
+    the winner's own ``and`` may not have come yet) and looks again below
+    q, where every run it can still take lies. So each pass goes strictly
+    down; a pass that lost a race is followed by another, up to
+    LARGE_PASSES, which no longer meets the pages that race was lost on.
     """
-    seen = 0  # pages loaded and passes made (profiled heaps only)
+    seen = 0  # candidate runs tried and passes made (profiled heaps only)
     scans = 0
     for _ in range(LARGE_PASSES):
         scans = _ptally(prof, scans)
-        contended = False
-        run = 0
-        p = npages - 1
-        while p >= 0:
+        limit = npages
+        lost = False
+        while True:
+            p = _find_run(meta, npages, k, limit)
+            if p < 0:
+                break
             seen = _ptally(prof, seen)
-            if L.state_tag(_load(meta, _at(L.state_word(p)))) == L.TAG_FREE:  # guess
-                run += 1
-            else:
-                run = 0
-            if run >= k:
-                if k == 1:
-                    if _take_page(meta, p, 1, tag, prof):
-                        _pages_changed(meta, 1)
-                        _profile_scan(prof, scans, seen)
-                        return p
-                elif _take_page(meta, p, 0, tag, prof):
-                    q = p + 1
-                    while q < p + k and _take_page(meta, q, 0, tag, prof):
-                        q += 1
-                    if q == p + k:
-                        _crown(meta, p, k, tag)
-                        _pages_changed(meta, k)
-                        _profile_scan(prof, scans, seen)
-                        return p
-                    _untail(meta, p, q)
-                contended = True
-                run = 0  # next candidates lie below p
-            p -= 1
-        if not contended:
+            q = p
+            while q < p + k and _take_page(meta, q, k if k == 1 else 0, tag, prof):
+                q += 1
+            if q == p + k:
+                if k > 1:
+                    _crown(meta, p, k, tag)
+                _index_pages(meta, npages, p, p + k, False)
+                _pages_changed(meta, k)
+                _profile_scan(prof, scans, seen)
+                return p
+            # Lost page q: free what we took, back into the index (another
+            # claim may have repaired them out meanwhile), and take q out of
+            # the index if it is a stale entry.
+            _untail(meta, p, q)
+            _index_pages(meta, npages, p, q, True)
+            _repair(meta, npages, q)
+            lost = True
+            limit = q
+        if not lost:
             break
     _profile_scan(prof, scans, seen)
     return -1
@@ -133,7 +193,7 @@ def _alloc_pages(meta, npages, k, tag, prof):
 
 @cuda.jit(device=True)
 def _profile_scan(prof, passes, seen):
-    # Profiled heaps: the large scan's passes and pages loaded.
+    # Profiled heaps: the large search's passes and candidate runs tried.
     _pcount(prof, L.P_LARGE_SCANS, passes)
     _pcount(prof, L.P_PAGES_SCANNED, seen)
 
@@ -153,18 +213,72 @@ def _crown(meta, p, k, tag):
 
 
 @cuda.jit(device=True)
-def _free_large(meta, p, prof):
-    """Free the large block whose head is page ``p``; return 1, or 0 if invalid."""
-    return _free_pages(meta, p, L.TAG_HEAD, prof)
+def _find_run(meta, npages, k, limit):
+    """Return the first page of the highest run of ``k`` free pages below ``limit``, or -1.
+
+    From the free-page index alone (plain loads: a guess the state ``cas``
+    validates). Goes down over the index words with pages set
+    (:func:`_index_find` skips the empty ones 32 words per count read),
+    carrying ``run``, the free pages at the bottom of the words above: a
+    word's top free pages extend it; a run inside a word is found with
+    shifts; else the word's bottom free pages start a new one.
+    """
+    base = L.free_tree(npages)
+    run = 0
+    first = (limit - 1) >> L.WORD_SHIFT
+    w = first
+    if limit == npages:
+        w = -1  # the whole index, from its top word down
+    while True:
+        v, x = _index_find(meta, base, npages, w, False)
+        if v < 0:
+            return -1
+        if v == first:  # only the pages below limit
+            x &= (int64(2) << ((limit - 1) & (L.BITS_PER_WORD - 1))) - 1
+        if v != w:
+            run = 0  # words w .. v + 1 have no free page
+        # Free pages at the top of word v (leading ones of its 32 bits).
+        top = L.BITS_PER_WORD
+        if x != L.WORD_MASK:
+            top = L.BITS_PER_WORD - 1 - L.floor_log2(~x & L.WORD_MASK)
+        if top + run >= k:
+            return ((v + 1) << L.WORD_SHIFT) + run - k
+        if top == L.BITS_PER_WORD:
+            run += L.BITS_PER_WORD
+        else:
+            if k < L.BITS_PER_WORD:
+                # Bit i of m: pages i .. i + k - 1 of the word are all free.
+                m = x
+                s = 1
+                while s < k:
+                    t = min(s, k - s)
+                    m &= m >> t
+                    s += t
+                if m != 0:
+                    return (v << L.WORD_SHIFT) + L.floor_log2(m)
+            # Free pages at its bottom (trailing ones) start the next run.
+            run = L.floor_log2(~x & (x + 1))
+        if v == 0:
+            return -1
+        w = v - 1
 
 
 @cuda.jit(device=True)
-def _free_pages(meta, p, tag, prof):
+def _free_large(meta, npages, p, prof):
+    """Free the large block whose head is page ``p``; return 1, or 0 if invalid."""
+    return _free_pages(meta, npages, p, L.TAG_HEAD, prof)
+
+
+@cuda.jit(device=True)
+def _free_pages(meta, npages, p, tag, prof):
     """Return the run whose head (tagged ``tag``) is page ``p``; 1, or 0 if none.
 
-    Atomics: the pages-used ``add``, one ``cas`` on the head, one ``and`` per
-    tail page, after one release fence (the run's accesses before any of
-    them: ``fence.acq_rel``, one for every page).
+    The head becomes FREE (of two racing frees exactly one wins it), the
+    tails after it, then the pages enter the free-page index (a claim that
+    looks meanwhile does not see them yet). Atomics: the pages-used
+    ``add``, one ``cas`` on the head, one ``and`` per tail page, after one
+    release fence (the run's accesses before any of them: ``fence.acq_rel``,
+    one for every page), then the index's ``or`` (and counts) per index word.
     """
     idx = L.state_word(p)
     s = _load(meta, _at(idx))  # guess; a live head changes only when it is freed
@@ -179,4 +293,5 @@ def _free_pages(meta, p, tag, prof):
         _pcount(prof, L.P_CAS_RETRIES, 1)
         return 0
     _untail(meta, p + 1, p + k)
+    _index_pages(meta, npages, p, p + k, True)
     return 1

@@ -3,9 +3,10 @@
 A slab's state word holds *live* (blocks out plus reserved slots) and
 *cursor* (blocks handed out by bumping since the page became a slab); its
 bitmap marks the bumped blocks that were freed. The pipeline of a group's
-allocation: the leader ``_find``s a page (hint, then scan), ``_reserve``s
-blocks there with one ``cas`` (and takes freed bits with one ``and``), and
-broadcasts the grant; lanes take their block by rank (``_alloc_small``).
+allocation: the leader ``_find``s a page (its hint, then the page index:
+:mod:`.index`), ``_reserve``s blocks there with one ``cas`` (and takes freed
+bits with one ``and``), and broadcasts the grant; lanes take their block by
+rank (``_alloc_small``). The index is a hint, the state ``cas`` decides.
 Callers: :mod:`devalloc.device.core` (and the interleaving explorer, which
 runs these functions' ``py_func``). Invariants, ordering and progress
 arguments: docs/correctness.md.
@@ -16,12 +17,17 @@ from numba import cuda, int32, int64, uint32, uint64
 
 from .. import layout as L
 from . import warp
-from ._meta import (RETRIES, _acquire_and, _acquire_cas, _at, _fold, _load, _note_fold, _opaque,
+from ._meta import (_acquire_and, _acquire_cas, _at, _fold, _load, _note_fold, _opaque,
                     _lo32, _pages_changed, _pcount, _popc32, _release_add, _release_exch,
                     _release_or, _store, _tie, _warp_number)
+from .index import _index_clear, _index_find, _index_set
+from .pages import _repair
 
-#: Passes of the small-block scan, repeated only while races were lost.
+#: Passes over the page index, repeated only while races were lost.
 SMALL_PASSES = 4
+#: Lost ``cas`` on one slab's state word before ``_reserve`` gives up on it
+#: (BUSY): the search moves on, and a hinted slab's class widens its spread.
+SLAB_TRIES = 4
 #: ``_reserve`` results that are not grants (every grant is >= 1 << 38).
 NO = 0
 BUSY = 1
@@ -116,17 +122,24 @@ def _reserve(meta, npages, p, c, want, prof):
     bits picked from one bitmap word, then one ``and`` takes those bits (the
     bits it did not get are given back as undone reservations).
 
+    A free page is claimed by the ``cas`` (two threads taking one page meet
+    there: the loser finds the slab and takes blocks of it); then, a slot
+    being left, the class's room index marks it, and it leaves the free-page
+    index. Marking before leaving means that a search that no longer finds
+    the page free finds its mark (docs/correctness.md, "Page index").
+
     Returns a grant (:func:`layout.bump_grant`/``reuse_grant``), ``NO`` when
     the page cannot serve the class, or ``BUSY`` when it could but every try
-    lost a race. Atomics: ``cas`` per try (<= RETRIES), then the ``and`` on
-    the reuse path; pages-used ``add`` and peak ``max`` when a page is taken.
-    Counts and block indices are 32-bit (``want`` too).
+    lost a race. Atomics: ``cas`` per try (<= SLAB_TRIES), then the ``and``
+    on the reuse path; when a page is taken, the room mark's ``or``, the
+    free-page index's ``and`` (and their counts' ``add``s), the pages-used
+    ``add`` and peak ``max``. Counts and block indices are 32-bit.
     """
     idx = L.state_word(p)
     tag = uint32(L.slab_tag(c))
     cap = _blocks(c)
     s = _load(meta, _at(idx))  # guess, validated by the cas
-    tries = int32(RETRIES)
+    tries = int32(SLAB_TRIES)
     while True:
         t = uint32(_lo32(s) & L.TAG_MASK)
         first = uint32(0)
@@ -161,6 +174,10 @@ def _reserve(meta, npages, p, c, want, prof):
             if t == L.TAG_FREE or folded:  # rare: one branch on the common path
                 _note_fold(meta, folded)
                 if t == L.TAG_FREE:
+                    if got < cap:
+                        _room_set(meta, npages, c, p)
+                    _index_clear(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
+                                 int64(1) << (p & (L.BITS_PER_WORD - 1)))
                     _pages_changed(meta, 1)
                     _pcount(prof, L.P_SLABS_TAKEN, 1)
             if pick == 0:
@@ -197,7 +214,8 @@ def _release_slots(meta, npages, p, k, undo, prof):
 
     ``undo`` counts the slots as reservations that were never used (not
     frees). Atomics: one ``add`` on the state word; when the slab became
-    empty, :func:`_retire`.
+    empty, :func:`_retire`; when it was full (and was not retired), the room
+    mark (:func:`_room_set`).
     """
     idx = L.state_word(p)
     # State word: add never fails, so giving slots back never spins.
@@ -207,21 +225,26 @@ def _release_slots(meta, npages, p, k, undo, prof):
     if undo:
         cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
     new = old - k * L.N_ONE
-    if L.slab_live(new) == 0:
-        _retire(meta, npages, p, new, prof)
+    if L.slab_live(new) == 0 and _retire(meta, npages, p, new, prof):
+        return
+    c = uint32((_lo32(old) & L.TAG_MASK) - 1)  # a slab's class (live > 0: not RETIRING)
+    if uint32(_lo32(old >> L.N_SHIFT) & L.LIVE_MASK) >= _blocks(c):
+        _room_set(meta, npages, c, p)  # it was full: room appeared
 
 
 @cuda.jit(device=True)
 def _retire(meta, npages, p, s, prof):
-    """Turn the empty slab ``p`` (state ``s``) back into a free page.
+    """Turn the empty slab ``p`` (state ``s``) back into a free page; 1, or 0.
 
     Unless someone reserved meanwhile (their release retires it later): one
     acquire ``cas`` to RETIRING, which no other thread changes (every
     freer's and reuser's bitmap access came before its release ``add`` on
     this word); relaxed stores clearing the bitmap words below the cursor
     (every block there was freed, so every bit there is set); one release
-    ``exch`` to FREE (the cleared bitmap before the page is free). The
-    pages-used ``add`` before, and back if the ``cas`` fails.
+    ``exch`` to FREE (the cleared bitmap before the page is free). While
+    RETIRING, the page leaves its class's room index; once FREE, it enters
+    the free-page index (``and``, ``or`` and their counts). The pages-used
+    ``add`` before, and back if the ``cas`` fails.
     """
     idx = L.state_word(p)
     _pages_changed(meta, -1)
@@ -229,61 +252,162 @@ def _retire(meta, npages, p, s, prof):
     if _acquire_cas(meta, _at(idx), s, L.state_keep_count(s) | L.TAG_RETIRING) != s:
         _pages_changed(meta, 1)
         _pcount(prof, L.P_CAS_RETRIES, 1)
-        return
+        return 0
     _pcount(prof, L.P_SLABS_RETIRED, 1)
+    bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
+    _index_clear(meta, L.room_tree(npages, L.slab_class(L.state_tag(s))), npages,
+                 p >> L.WORD_SHIFT, bit)
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT):
         _store(meta, _at(L.bitmap_word(npages, p, w)), 0)  # bitmap: RETIRING, ours
     # State word: exch on a page only we may change.
     _release_exch(meta, _at(idx), L.state_keep_count(s))
+    _index_set(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT, bit)
+    return 1
+
+
+@cuda.jit(device=True)
+def _room_set(meta, npages, c, p):
+    """Mark page ``p`` in class ``c``'s room index (a slot may be free there).
+
+    Nothing if the mark is there already (a relaxed load): a search that
+    clears a mark looks at the page again afterwards (:func:`_room_drop`),
+    so a mark seen here and cleared just after is put back if the room we
+    made is still there. Else the index's ``or`` (and counts).
+    """
+    base = L.room_tree(npages, c)
+    bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
+    if not _load(meta, _at(base + (p >> L.WORD_SHIFT))) & bit:  # guess
+        _index_set(meta, base, npages, p >> L.WORD_SHIFT, bit)
+
+
+@cuda.jit(device=True)
+def _room_drop(meta, npages, c, p):
+    """Take page ``p``, found unable to serve class ``c``, out of its room index.
+
+    Clear, then look again: if room appeared meanwhile (a free whose mark
+    came before our clear), mark it back, so that a slab with room is never
+    left unmarked once every thread is done. Atomics: the clear's ``and``
+    (and counts); the mark's when room reappeared.
+    """
+    base = L.room_tree(npages, c)
+    bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
+    if _index_clear(meta, base, npages, p >> L.WORD_SHIFT, bit):
+        s = _load(meta, _at(L.state_word(p)))  # look again (a guess: at worst a stale mark)
+        if L.state_tag(s) == L.slab_tag(c) and L.slab_live(s) < _blocks(c):
+            _index_set(meta, base, npages, p >> L.WORD_SHIFT, bit)
+
+
+@cuda.jit(device=True)
+def _widen(meta, c, e, prof):
+    """Widen class ``c``'s spread from ``e`` to ``e + 1``, unless at the heap's most.
+
+    Called by a leader that gave up on its hinted slab (BUSY). Atomics: one
+    ``max`` on the spread word when below H_SPREAD_MAX (read relaxed: set at
+    reset, never changed by a kernel).
+    """
+    if e < _lo32(_load(meta, _at(L.H_SPREAD_MAX))):
+        # Spread word: max, races with other wideners; of those that saw e,
+        # exactly one step wins, so a burst widens once, not once per loser.
+        if cuda.atomic.max(meta, _at(L.spread_word(c)), int64(e + 1)) <= e:
+            _pcount(prof, L.P_SPREAD_WIDENED, 1)
+
+
+#: _find's index cursor: the whole index from its top word, or none left.
+START = -1
+DONE = -2
 
 
 @cuda.jit(device=True)
 def _find(meta, npages, c, want, prof):
     """Return a grant of up to ``want`` blocks of class ``c``, or 0.
 
-    Starts at the page the warp's hint slot names and visits every page
-    once per pass; a pass that lost a race somewhere is followed by another,
-    up to SMALL_PASSES, so contention alone rarely yields nothing. A grant
-    from another page than the hint's moves the hint there (``exch``).
+    Candidates, in order: the page the warp's hint slot names (slot: the
+    warp number modulo the class's spread); the slabs of class ``c`` that
+    may have room (the room index, lowest first; one that cannot serve is
+    taken out of it, :func:`_room_drop`); the free pages (the free-page
+    index, lowest first; a stale entry is repaired, :func:`pages._repair`).
+    An empty index answers with one load (its top word), so a heap with no
+    page that can serve says so at once. A pass over the indexes that lost
+    a race somewhere (BUSY) is followed by another, up to SMALL_PASSES. A
+    grant from an index moves the slot's hint there (``exch``); giving up on
+    the hinted slab widens the class's spread (:func:`_widen`).
+
+    Who calls: a group's leader (``_alloc_small``). Atomics: those of the
+    ``_reserve``s tried, the hint's ``exch`` when it moves, the repairs'.
+    Returns 0 when nothing was won. The loop's state is 32-bit: registers.
     """
-    # The search's own state is 32-bit (pages < 2**25): 64-bit counters here
-    # cost 7 registers in the alloc kernel, and 64-bit hint-slot arithmetic
-    # a dozen instructions. A hint of 0 (none) wraps to 2**32 - 1, so one
-    # compare range-checks it.
     n = uint32(npages)
-    slot = _scatter(_warp_number(), L.hint_slots(n))
-    hint_idx = L.hint_word(c, slot)
-    p = _lo32(_load(meta, _at(hint_idx)) - 1)  # racy hint: any value is safe
-    if p >= n:
-        p = uint32(L.slot_start(n, slot))
-    left = n  # visits left in this pass
+    # The spread word and slot 0's hint share a line: two independent loads.
+    e = _lo32(_load(meta, _at(L.spread_word(c))))  # racy: any value below 8 is safe
+    hint_idx = L.hint_word(c, 0)
+    hv = _load(meta, _at(hint_idx))
+    if e != 0:  # widened: the warp's own slot
+        hint_idx = L.hint_word(c, _warp_number() & ((uint32(1) << (e & 7)) - uint32(1)))
+        hv = _load(meta, _at(hint_idx))
+    # A hint of 0 (none) wraps to 2**32 - 1, so one compare range-checks it.
+    h = _lo32(hv - 1)  # racy hint: any value is safe
+    p = h
+    phase = uint32(0)  # 0: the hint; 1: the room index; 2: the free-page index
     passes = uint32(SMALL_PASSES)
     busy = False
-    moved = False
-    seen = uint32(0)  # pages visited (profiled heaps only)
+    w = int32(DONE)  # the index word to look at next
+    bits = uint32(0)  # candidates left in the word before it
+    recheck = True
+    seen = uint32(0)  # pages tried (profiled heaps only)
     while True:
-        g = _reserve(meta, npages, int64(p), c, want, prof)
-        seen = uint32(seen + 1)
-        if g > BUSY:
-            if moved:
-                cuda.atomic.exch(meta, _at(hint_idx), int64(p) + 1)  # hint: racy, harmless
-                _pcount(prof, L.P_HINT_MOVES, 1)
-            _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
-            return g
-        if g == BUSY:
-            busy = True
-        moved = True
-        p = uint32(p + 1)
-        if p == n:
-            p = uint32(0)
-        left = uint32(left - 1)
-        if left == 0:
-            passes = uint32(passes - 1)
-            if not busy or passes == 0:
+        if phase > 0:
+            if bits == 0 and w != DONE:
+                base = L.room_tree(npages, c) if phase == 1 else L.free_tree(npages)
+                v, x = _index_find(meta, base, npages, w, True)
+                w = int32(v) if v >= 0 else int32(DONE)
+                bits = uint32(x)
+            if bits == 0:  # this index has no more candidates
+                phase = uint32(phase + 1)
+                if phase == 3:
+                    passes = uint32(passes - 1)
+                    if not busy or passes == 0:
+                        _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
+                        return 0
+                    busy = False
+                    phase = uint32(1)
+                    recheck = True
+                w = int32(START)
+                continue
+            low = uint32(bits & uint32(~bits + uint32(1)))
+            bits = uint32(bits ^ low)
+            p = uint32((w << L.WORD_SHIFT) + cuda.ffs(low) - 1)
+            if bits == 0:
+                w = int32(w + 1)
+            if phase == 2 and recheck:
+                # The pass's first free page: did a slab with room appear
+                # since the room index was read? (A taker marks it before
+                # its page leaves the free-page index, read just now.)
+                recheck = False
+                if _index_find(meta, L.room_tree(npages, c), npages, START, True)[0] >= 0:
+                    phase = uint32(1)
+                    w = int32(START)
+                    bits = uint32(0)
+                    continue
+        if p < n:
+            g = _reserve(meta, npages, int64(p), c, want, prof)
+            seen = uint32(seen + 1)
+            if g > BUSY:
+                if p != h:
+                    cuda.atomic.exch(meta, _at(hint_idx), int64(p) + 1)  # hint: racy, harmless
+                    _pcount(prof, L.P_HINT_MOVES, 1)
                 _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
-                return 0
-            busy = False
-            left = n
+                return g
+            if g == BUSY:
+                busy = True
+                if phase == 0:
+                    _widen(meta, c, e, prof)
+            elif phase == 1:
+                _room_drop(meta, npages, c, int64(p))  # a stale mark
+            elif phase == 2:
+                _repair(meta, npages, int64(p))  # a stale entry
+        if phase == 0:
+            phase = uint32(1)
+            w = int32(START)
 
 
 @cuda.jit(device=True)

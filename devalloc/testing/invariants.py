@@ -17,10 +17,12 @@ an invalid free. Operations overlap in time, so the model distinguishes:
 
 A state is **quiescent** when no operation is in flight. :func:`check_safe`
 holds after every step; :func:`check_quiescent` adds the exact, strong
-invariants that only hold at quiescent states; :func:`check_drained` is the
-end state once every block has been freed.
+invariants that only hold at quiescent states (both check the page index:
+:func:`check_index`); :func:`check_drained` is the end state once every
+block has been freed.
 """
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,9 +76,16 @@ def word_name(i, npages):
         return f"hint[c{c}={L.class_size(c)}B][{slot}]"
     if L.STATE_BASE <= i < L.bits_base(npages):
         return f"state[p{i - L.STATE_BASE}]"
-    if L.bits_base(npages) <= i < L.meta_words(npages):
+    if L.bits_base(npages) <= i < L.free_tree(npages):
         p, w = divmod(i - L.bits_base(npages), L.BITMAP_WORDS)
         return f"bits[p{p}][w{w}]"
+    if L.free_tree(npages) <= i < L.meta_words(npages):
+        tree, k = divmod(i - L.free_tree(npages), L.tree_stride(npages))
+        name = "free" if tree == 0 else f"room[c{tree - 1}={L.class_size(tree - 1)}B]"
+        for j in range(L.tree_levels(npages)):
+            if k < L.level_start(npages, j + 1):
+                return f"{name}[level {j}][{k - L.level_start(npages, j)}]"
+        return f"{name}[unused {k}]"
     return f"meta[{i}] (out of range)"
 
 
@@ -101,14 +110,21 @@ def describe_state(s):
     return f"{tag} n={L.state_n(s)} count={L.state_count(s)}"
 
 
+def pages_moved(nbytes):
+    """Return the pages an allocation of ``nbytes`` takes (one for a slab)."""
+    return L.pages_for(nbytes) if nbytes > L.MAX_SMALL else 1
+
+
 @dataclass
 class Op:
-    """An operation in progress: its kind, the live blocks it frees, and how
-    many lanes (results) are still to return."""
+    """An operation in progress: its kind, the live blocks it frees, how
+    many lanes (results) are still to return, and how many pages it may
+    have between a state change and the page index's (``pages``)."""
 
     kind: str
     blocks: list
     lanes: int = 1
+    pages: int = 1
 
 
 @dataclass
@@ -149,14 +165,18 @@ class Model:
         self.in_scope = set()  # tids inside a scope operation
 
     # ---------------------------------------------------------- events
-    def start(self, tid, kind, blocks=(), lanes=1):
+    def start(self, tid, kind, blocks=(), lanes=1, pages=None):
         """Thread ``tid`` starts an operation (``alloc``, ``free``, ``invalid``).
 
         ``lanes`` > 1: the thread acts for a group of that many lanes (the
         explorer's ``alloc_group``/``free_group``), one result per lane;
-        ``blocks``: the live blocks a free ends (None for unknown ones).
+        ``blocks``: the live blocks a free ends (None for unknown ones);
+        ``pages``: the pages it may hold in transit (default: a free's
+        blocks' pages, else 1).
         """
-        self.untouched[tid] = Op(kind, list(blocks), lanes)
+        if pages is None:
+            pages = max(1, sum(b.span // L.PAGE for b in blocks if b is not None and not b.small))
+        self.untouched[tid] = Op(kind, list(blocks), lanes, pages)
 
     def touch(self, tid):
         """The first metadata access of ``tid``'s current operation executed."""
@@ -257,6 +277,10 @@ class Model:
                 self.base + self.frees - self.chunk_frees, self.failed,
                 self.invalid, len(live), sum(b.span for b in live))
 
+    def inflight_pages(self):
+        """Pages the operations in flight may hold in transit, and their number."""
+        return sum(op.pages for op in self.inflight.values()), len(self.inflight)
+
     def inflight_kinds(self):
         """Lanes in flight: (allocs, frees, invalid frees)."""
         n = {"alloc": 0, "bump": 0, "free": 0, "invalid": 0}
@@ -289,9 +313,9 @@ def check_safe(words, npages, model):
     counters lie between the completed operations and what the operations in
     flight may add (allocs modulo a count fold in flight). Raises :class:`Fault`.
     """
-    for i, v in enumerate(words):
-        if not INT64_MIN <= v <= INT64_MAX:
-            raise Fault("int64", f"{word_name(i, npages)} = {v} overflows int64")
+    if max(words) > INT64_MAX or min(words) < INT64_MIN:
+        i, v = next((i, v) for i, v in enumerate(words) if not INT64_MIN <= v <= INT64_MAX)
+        raise Fault("int64", f"{word_name(i, npages)} = {v} overflows int64")
     held = 0
     count_sum = 0
     live_meta = 0
@@ -357,6 +381,7 @@ def check_safe(words, npages, model):
         _check_pinned(words, npages, b)
     for b in model.bumped.values():
         _check_bump_pinned(words, npages, b)
+    check_index(words, npages, model, exact=False)
     a, f, i = model.inflight_kinds()
     failed, invalid = _stripes(words)
     allocs = count_sum + words[L.H_ALLOC_FOLD] - words[L.H_ALLOC_UNDO]
@@ -376,6 +401,89 @@ def check_safe(words, npages, model):
             raise Fault("counters", f"{name} = {got} in the metadata; the history "
                         f"allows [{lo}, {hi}] with {a} alloc(s) and {f + i} free(s) "
                         "in flight")
+
+
+@functools.lru_cache(maxsize=None)
+def _tree_geometry(npages):
+    """Return ``(stride, words, [(start, end) of each level])`` of the page-index trees."""
+    levels = [(L.level_start(npages, j), L.level_start(npages, j + 1))
+              for j in range(L.tree_levels(npages))]
+    return L.tree_stride(npages), L.tree_words(npages), levels
+
+
+def _tree_levels(words, npages, tree):
+    """Return the levels of page-index tree ``tree`` (0: free pages, 1 + c:
+    class c's room) as lists of words, level 0 first."""
+    stride, _, levels = _tree_geometry(npages)
+    base = L.free_tree(npages) + tree * stride
+    return [words[base + lo:base + hi] for lo, hi in levels]
+
+
+def _tree_name(tree):
+    return "free-page index" if tree == 0 else f"room index of class {L.class_size(tree - 1)} B"
+
+
+def _popc(x):
+    return bin(x).count("1")
+
+
+def check_index(words, npages, model, exact):
+    """Check the page index (layout.py, "page index") against the state words.
+
+    Always: level-0 words use 32 bits and name only pages of the heap; a
+    count is never below the bits under it; every FREE page is in the
+    free-page index; the pages in it that are not FREE (a freer between its
+    ``or`` and the state change that frees the page, a taker between its
+    ``cas`` and its ``and``) and the slabs with a free slot missing from
+    their class's room index (a taker or freer before its mark, a search
+    between its clear and its look again) are no more than the operations
+    in flight may have in transit. ``exact`` (a quiescent
+    state): every count equals the bits under it, so with nothing in
+    transit the free-page index is exactly the FREE pages and every slab
+    with room is in its class's room index.
+    """
+    states = words[L.STATE_BASE:L.STATE_BASE + npages]
+    stride, used, _ = _tree_geometry(npages)
+    for tree in range(1 + L.NCLASSES):
+        base = L.free_tree(npages) + tree * stride
+        if not any(words[base:base + stride]):
+            continue  # nothing set, every count 0
+        if any(words[base + used:base + stride]):
+            raise Fault("page index", f"{_tree_name(tree)}: a word past its last level is set")
+        levels = _tree_levels(words, npages, tree)
+        bits = [_popc(x) for x in levels[0]]
+        for w, x in enumerate(levels[0]):
+            valid = (1 << min(L.BITS_PER_WORD, max(0, npages - w * L.BITS_PER_WORD))) - 1
+            if x < 0 or x & ~valid:
+                raise Fault("page index", f"{_tree_name(tree)}: level-0 word {w} = {x:#x} "
+                            "names pages outside the heap")
+        for j, level in enumerate(levels[1:], 1):
+            span = 1 << (L.WORD_SHIFT * j)  # level-0 words under one word of level j
+            for i, cnt in enumerate(level):
+                under = sum(bits[i * span:(i + 1) * span])
+                if cnt < under or (exact and cnt != under):
+                    raise Fault("page index", f"{_tree_name(tree)}: count {cnt} at level {j} "
+                                f"word {i}, {under} bit(s) set under it")
+    free = _tree_levels(words, npages, 0)[0]
+    missing = []  # FREE pages not in the free-page index
+    for p in range(npages):
+        if (L.state_tag(states[p]) == L.TAG_FREE
+                and not free[p >> L.WORD_SHIFT] >> (p & (L.BITS_PER_WORD - 1)) & 1):
+            missing.append(p)
+    unmarked = []
+    for p, s in enumerate(states):
+        t = L.state_tag(s)
+        if 1 <= t <= L.NCLASSES and L.slab_live(s) < L.class_blocks(t - 1):
+            room = _tree_levels(words, npages, t)[0]
+            if not room[p >> L.WORD_SHIFT] >> (p & (L.BITS_PER_WORD - 1)) & 1:
+                unmarked.append(p)
+    pages, ops = model.inflight_pages()
+    if len(missing) > pages:
+        raise Fault("free page index", f"FREE page(s) {missing} are not in the free-page "
+                    f"index, with {pages} page(s) in transit")
+    if len(unmarked) > ops:
+        raise Fault("room index", f"slab(s) with a free slot on page(s) {unmarked} are "
+                    f"not in their class's room index, with {ops} operation(s) in flight")
 
 
 def _check_pinned(words, npages, b):
@@ -502,13 +610,16 @@ def check_quiescent(words, npages, model, pages_used_max):
                     "(metadata != model)")
     if u.reserved != held * L.PAGE:
         raise Fault("counters", f"reserved = {u.reserved}, pages held = {held}")
+    check_index(words, npages, model, exact=True)
 
 
 def check_drained(words, npages):
     """Check that a heap whose blocks were all freed lost nothing.
 
     Every page FREE with n = 0 (but bump chunks, which only ``reset``
-    frees), every bitmap zero, pages-used the bump chunks' pages, and
+    frees), every bitmap zero, pages-used the bump chunks' pages, the
+    free-page index as a new heap's (every page's ticket, exact counts; with
+    bump chunks: every FREE page in it, exact counts), and
     ``usage_from_meta``: in_use 0, reserved the bump chunks', live 0,
     allocs == frees.
     """
@@ -526,6 +637,12 @@ def check_drained(words, npages):
     if words[L.H_PAGES_USED] != bump_pages:
         raise Fault("nothing lost", f"pages_used = {words[L.H_PAGES_USED]} after every "
                     f"block was freed ({bump_pages} bump chunk pages)")
+    free = [x for level in _tree_levels(words, npages, 0) for x in level]
+    new = [L.free_tree_init(npages, j, i) for j in range(L.tree_levels(npages))
+           for i in range(L.level_words(npages, j))]
+    if bump_pages == 0 and free != new:
+        raise Fault("nothing lost", f"the free-page index is {free} after every block "
+                    "was freed, not every page")
     u = usage_from_meta(np.array(words, np.int64), npages)
     if ((u.in_use, u.reserved, u.live_blocks) != (0, bump_pages * L.PAGE, 0)
             or u.allocs != u.frees):

@@ -31,9 +31,10 @@ out as :class:`devalloc.Heap` lays them out (sizes from
 
 How it runs
 -----------
-Each logical thread is a real Python thread holding a baton: it runs only
-when the scheduler hands it the baton, up to its next scheduling point,
-where it announces the access it is about to make and hands the baton back.
+Each logical thread is a greenlet (a coroutine with its own stack, the
+``greenlet`` package: no OS thread, so a switch costs about a microsecond):
+it runs only when the scheduler switches to it, up to its next scheduling
+point, where it announces the access it is about to make and switches back.
 Exactly one thread runs at a time, so a run is a sequence of *steps* (one
 access each, plus the local code up to the next access), and a *schedule*
 is the sequence of thread numbers chosen at each step. :class:`Machine`
@@ -43,21 +44,26 @@ runs steps, keeps the sequential model of the history
 """
 
 import contextlib
+import functools
 import sys
 import threading
 import types
 from collections import namedtuple
 from dataclasses import dataclass
 
+import greenlet
 import numpy as np
+from numba.core import types as numba_types
 
 from .. import layout as L
+from ..host import free_index_template
 from . import groups
-from .invariants import Fault, Model, check_drained, check_quiescent, check_safe, word_name
+from .invariants import (Fault, Model, check_drained, check_quiescent, check_safe, pages_moved,
+                         word_name)
 
 Dim3 = namedtuple("Dim3", "x y z")
 
-#: Seconds a scheduler waits for a thread to reach its next point: a hang.
+#: Seconds to wait for another exploration to leave the device modules.
 STEP_TIMEOUT = 60.0
 #: Steps after which one schedule is declared not to make progress.
 MAX_STEPS = 5000
@@ -110,6 +116,9 @@ class Scenario:
     #: Allocations each page has served before the run (state word count
     #: field); COUNT_FOLD - 1 makes the first allocation per page fold.
     preset_count: int = 0
+    #: Every allocation must be served: the programs never ask for more
+    #: than the heap holds at once, whatever the interleaving.
+    no_nulls: bool = False
 
     def __post_init__(self):
         for k, t in enumerate(self.threads):
@@ -285,6 +294,11 @@ def _apply(kind, old, a, b):
     raise ValueError(kind)
 
 
+def _word_hash(i, v):
+    """Return two independent 64-bit hashes of word ``i`` holding ``v``."""
+    return hash((i, v)) & _MASK64, hash((v, i, 0x9E3779B9)) & _MASK64
+
+
 class SharedMeta:
     """The ``int64`` metadata as explored code sees it: every access a step."""
 
@@ -293,6 +307,17 @@ class SharedMeta:
         self.words = [0] * nwords
         self.shape = (nwords,)
         self.pages_used_max = 0
+        self.digest = (0, 0)  # Zobrist: XOR of _word_hash over the words (see rehash)
+
+    def rehash(self):
+        """Recompute :attr:`digest` from every word (after writing ``words`` directly)."""
+        a = b = 0
+        for i, v in enumerate(self.words):
+            if v:
+                ha, hb = _word_hash(i, v)
+                a ^= ha
+                b ^= hb
+        self.digest = (a, b)
 
     def __len__(self):
         return len(self.words)
@@ -321,7 +346,12 @@ class SharedMeta:
             m.park(t, (kind, i, code.co_name, frame.f_lineno))
         old = self.words[i]
         new = _apply(kind, old, a, b)
-        self.words[i] = new
+        if new != old:
+            self.words[i] = new
+            # Keep the digest of the words up to date: O(1) per access.
+            ha, hb = _word_hash(i, old) if old else (0, 0)
+            na, nb = _word_hash(i, new) if new else (0, 0)
+            self.digest = (self.digest[0] ^ ha ^ na, self.digest[1] ^ hb ^ nb)
         if i == L.H_PAGES_USED and new > self.pages_used_max:
             self.pages_used_max = new
         ret = None if kind == "store" else old
@@ -344,13 +374,9 @@ class LThread:
         self.threadIdx = Dim3(spec.thread, 0, 0)
         self.blockDim = Dim3(block_dim, 1, 1)
         self.machine = machine
-        self.go = threading.Lock()
-        self.go.acquire()
-        self.exit = False
+        self.glet = None  # the greenlet running the program, one per run
         self.reset()
         self.finished = True  # idle until a run starts
-        self.worker = threading.Thread(target=machine._work, args=(self,),
-                                       name=f"devalloc-explorer-T{tid}", daemon=True)
 
     def reset(self):
         self.hist = 0
@@ -412,7 +438,10 @@ def installed(overrides=None):
 
     In every module of :func:`device_modules`: the global
     ``cuda`` becomes a fresh :class:`FakeCuda`, every dispatcher global its
-    ``py_func``, and each ``overrides[name]`` (a plain function, e.g. from
+    ``py_func``, every numba integer type (``int64(x)``...) the NumPy type
+    that calling it returns (numba's ``cast_python_value``, without its
+    dispatch: a third of the explorer's time), and each ``overrides[name]``
+    (a plain function, e.g. from
     :mod:`devalloc.testing.broken`) replaces ``name`` wherever it is a global,
     rebound to the globals of the module that defines ``name`` (so it sees
     what the function it replaces sees). Yields the fake module. One at a time.
@@ -452,6 +481,8 @@ def installed(overrides=None):
                     new = v.py_func
                 elif name in ordered and callable(v):
                     new = ordered[name]
+                elif isinstance(v, numba_types.Integer):
+                    new = getattr(np, v.name)
                 if name in overrides:
                     new = home.get(name) or rebind(overrides[name], mod)
                 if new is not None:
@@ -528,42 +559,35 @@ class Machine:
         if _is_dispatcher(self.alloc):
             raise RuntimeError("Machine must be created inside explorer.installed()")
         self._Ctx = Ctx
-        self.back = threading.Lock()
-        self.back.acquire()
+        self.main = greenlet.getcurrent()  # the scheduler
         self.serial = False
         self.points = set()  # (file, line) of every access site executed
         self.threads = [LThread(k, spec, scenario.block_dim, self)
                         for k, spec in enumerate(scenario.threads)]
         self.drainer = LThread(-1, ThreadSpec(0, 0, ()), scenario.block_dim, self)
-        for t in self.threads:
-            t.worker.start()
         self.meta = None
+        self._digest0 = None
 
     # ------------------------------------------------------ worker side
     def park(self, t, pending):
         """Announce ``pending``, hand the baton back, wait to be chosen."""
         t.pending = pending
-        self.back.release()
-        t.go.acquire()
+        self.main.switch()
         if t.abort:
             raise _Abort()
 
     def _work(self, t):
-        _tls.thread = t
-        while True:
-            t.go.acquire()
-            if t.exit:
-                self.back.release()
-                return
-            try:
-                self._program(t)
-            except _Abort:
-                pass
-            except BaseException as e:  # reported by the scheduler
-                t.error = e
-            t.pending = None
-            t.finished = True
-            self.back.release()
+        # The body of thread t's greenlet: its program, once.
+        try:
+            self._program(t)
+        except _Abort:
+            pass
+        except greenlet.GreenletExit:  # dropped with its machine
+            pass
+        except BaseException as e:  # reported by the scheduler
+            t.error = e
+        t.pending = None
+        t.finished = True
 
     def _program(self, t):
         ctx = self.ctx
@@ -575,11 +599,14 @@ class Machine:
             # is and what its allocations returned: forget the rest.
             t.hist = hash(("op", k, tuple(t.offs)))
             if kind == "alloc":
-                t.events.append(("start", "alloc", (), 1))
+                t.events.append(("start", "alloc", (), 1, pages_moved(op[1])))
                 off = int(self.alloc(ctx, op[1]))
                 t.events.append(("alloc", len(t.offs), op[1], off))
                 self._returned(t, off)
                 t.offs.append(off)
+                if off == L.NULL and self.scenario.no_nulls:
+                    raise Fault("served", f"T{t.tid}'s alloc({op[1]}) returned NULL, but "
+                                "this scenario always leaves room for it")
             elif kind == "alloc_group":
                 t.events.append(("start", "alloc", (), op[2]))
                 offs = groups.alloc_group(self, t, op[1], op[2])
@@ -690,6 +717,12 @@ class Machine:
         preset = self.scenario.preset_count
         for p in range(self.npages):
             self.meta.words[L.STATE_BASE + p] = L.pack_state(L.TAG_FREE, 0, preset)
+        at = L.free_tree(self.npages)  # every page free, as Heap sets it
+        self.meta.words[at:at + L.tree_words(self.npages)] = free_index_template(self.npages).tolist()
+        if self._digest0 is None:  # every run starts from the same words
+            self.meta.rehash()
+            self._digest0 = self.meta.digest
+        self.meta.digest = self._digest0
         self.arena = np.zeros(self.npages * L.PAGE, np.uint8)
         self.ctx = self._Ctx(self.arena, self.meta)
         self.model = Model(self.npages, base=preset * self.npages)
@@ -697,13 +730,17 @@ class Machine:
         self.choices = []
         for t in self.threads:
             t.reset()
-            t.go.release()
-            self._wait()
+            t.glet = greenlet.greenlet(functools.partial(self._work, t), parent=self.main)
+            self._run(t)
             self._after(t)
 
-    def _wait(self):
-        if not self.back.acquire(timeout=STEP_TIMEOUT):
-            raise RuntimeError("explorer: a thread did not reach its next point (hang)")
+    def _run(self, t):
+        """Run thread ``t`` up to its next scheduling point (or its end)."""
+        _tls.thread = t
+        try:
+            t.glet.switch()
+        finally:
+            _tls.thread = None
 
     def enabled(self):
         return [t.tid for t in self.threads if not t.finished]
@@ -712,8 +749,7 @@ class Machine:
         """Let thread ``tid`` make its pending access and run to its next point."""
         t = self.threads[tid]
         self.choices.append(tid)
-        t.go.release()
-        self._wait()
+        self._run(t)
         self._after(t)
 
     def _after(self, t):
@@ -732,7 +768,7 @@ class Machine:
             if kind == "touch":
                 m.touch(t.tid)
             elif kind == "start":
-                m.start(t.tid, ev[1], [m.live.get(off) for off in ev[2]], ev[3])
+                m.start(t.tid, ev[1], [m.live.get(off) for off in ev[2]], ev[3], *ev[4:])
             elif kind == "alloc":
                 m.alloc_done(t.tid, *ev[1:])
             elif kind == "bump":
@@ -750,7 +786,7 @@ class Machine:
 
     def key(self):
         """Return a 128-bit digest of the state (words, histories, peak mark)."""
-        k = (tuple(self.meta.words), tuple((t.hist, t.touched) for t in self.threads),
+        k = (self.meta.digest, tuple((t.hist, t.touched) for t in self.threads),
              self.meta.pages_used_max)
         return ((hash(k) & _MASK64) << 64) | (hash((k, 0x9E3779B9)) & _MASK64)
 
@@ -788,16 +824,10 @@ class Machine:
         for t in self.threads:
             if not t.finished:
                 t.abort = True
-                t.go.release()
-                self._wait()
+                self._run(t)
 
     def close(self):
         self.stop()
-        for t in self.threads:
-            t.exit = True
-            t.go.release()
-            self._wait()
-            t.worker.join(STEP_TIMEOUT)
 
     def format_trace(self):
         """Return the steps of the current run, one line each."""

@@ -16,7 +16,11 @@ and 8192-byte blocks put a slab's every slot in bitmap word 0 (so two slot
 holders race on one word whatever ``cuda.grid(1)`` is); a one-page heap
 makes two classes compete for the same page (reserve against retire); large
 blocks of one and two pages race with each other and with slabs on a
-two-page heap; ``preset_count`` starts pages just below a count fold.
+two-page heap; ``preset_count`` starts pages just below a count fold. The
+page index (free pages, each class's slabs with room) is exercised by
+every scenario; ``large_one_run`` (no allocation may fail),
+``slab_vs_large_one_page`` and ``index_two_words`` (index words with a count
+above them) aim at it.
 
 :func:`bounds` reads ``DEVALLOC_EXPLORE_DEEP``: unset or ``0`` gives the CI
 bounds, anything else the deep ones (an hour of CPU rather than a minute).
@@ -136,6 +140,25 @@ EXHAUSTIVE = (
         _t(0, 0, (B, 9000), (W, 0), (V, 0)),
         _t(1, 0, (A, 9000), (B, 64), (F, 0)),
     )),
+    # The page index: two large claims racing for the highest run of a
+    # four-page heap; the loser must take the other run (no holes: both
+    # are always served).
+    Scenario("large_one_run", 4, (
+        _t(0, 0, (A, 20000), (W, 0), (V, 0)),
+        _t(1, 0, (A, 20000), (W, 0), (V, 0)),
+    ), no_nulls=True),
+    # A slab take racing with a large claim for the one page, each freed and
+    # the page taken again by the other kind.
+    Scenario("slab_vs_large_one_page", 1, (
+        _t(0, 0, (A, 16), (F, 0), (A, 9000)),
+        _t(1, 0, (A, 9000), (F, 0), (A, 16)),
+    )),
+    # 33 pages: the index has two level-0 words and a count above them. The
+    # large block's run [31, 33) spans both words; the slab takes page 0.
+    Scenario("index_two_words", 33, (
+        _t(0, 0, (A, 16), (F, 0)),
+        _t(1, 0, (A, 20000), (F, 0)),
+    )),
 )
 
 PCT = (
@@ -205,8 +228,8 @@ class Bounds:
     pct_depths: tuple
 
 
-CI = Bounds(max_executions=20_000, pct_seeds=tuple(range(400)), pct_depths=(2, 3))
-DEEP = Bounds(max_executions=2_000_000, pct_seeds=tuple(range(20_000)),
+CI = Bounds(max_executions=100_000, pct_seeds=tuple(range(400)), pct_depths=(2, 3))
+DEEP = Bounds(max_executions=5_000_000, pct_seeds=tuple(range(20_000)),
               pct_depths=(2, 3, 4, 5))
 
 

@@ -1,0 +1,122 @@
+"""The page index (issue 14): O(log pages) words per search, racing large
+claims without holes, a full heap answering at once.
+
+Words are counted with :mod:`devalloc.testing.counting` (the device
+functions' own source on a copy of a simulated heap's metadata, every
+access counted): deterministic, unlike times. The racing test runs the
+real kernels on the simulator with a fine thread interleaving.
+"""
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+import devalloc
+from devalloc import layout as L
+from devalloc.host import free_index_template
+from devalloc.testing.counting import touched
+
+NULL = devalloc.NULL
+simulator_only = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="simulated kernels")
+
+
+@cuda.jit
+def alloc_many(ctx, nbytes, offs):
+    for k in range(offs.shape[0]):
+        offs[k] = devalloc.alloc(ctx, nbytes)
+
+
+@cuda.jit
+def churn(ctx, nbytes, rounds, nulls):
+    i = cuda.grid(1)
+    for _ in range(rounds):
+        off = devalloc.alloc(ctx, nbytes)
+        if off == NULL:
+            nulls[i] += 1
+        else:
+            devalloc.view(ctx, off, 1, np.uint8)[0] = i
+            devalloc.free(ctx, off)
+
+
+def full_of_large_blocks(npages, blocks=16):
+    """Return a heap of ``npages`` pages held entirely by ``blocks`` large blocks."""
+    heap = devalloc.Heap(L.capacity_for_pages(npages))
+    offs = cuda.to_device(np.full(blocks, NULL, np.int64))
+    alloc_many[1, 1](heap.ctx, npages // blocks * L.PAGE, offs)
+    assert (offs.copy_to_host() != NULL).all() and heap.usage().reserved == heap.capacity
+    return heap
+
+
+@simulator_only
+@pytest.mark.parametrize("nbytes", [16, 8192, 20000, 1 << 20])
+def test_a_failing_alloc_reads_the_same_few_words_on_any_heap(nbytes):
+    # Heap full of large blocks: the hint, the class's room index and the
+    # free-page index (their top words) for a slab, the free-page index for
+    # a run; then the failure counter. The same words at 64 and 4096 pages
+    # (before the index: up to 4 passes over every page's state word).
+    figures = []
+    for npages in (64, 4096):
+        heap = full_of_large_blocks(npages)
+        t = touched(heap.ctx.meta.copy_to_host(), heap.capacity, "alloc", nbytes)
+        assert t.result == NULL
+        figures.append((dict(t.kinds), t.words))
+    assert figures[0] == figures[1]
+    kinds, words = figures[0]
+    assert kinds.pop("add") == 1  # the failure, counted
+    assert set(kinds) == {"load"} and words <= 4
+
+
+@simulator_only
+def test_a_large_alloc_in_a_mostly_held_heap_reads_few_words():
+    # 90 % of the heap held by 64 KiB blocks (from the top down); one more
+    # 64 KiB alloc and its free. The run is found by skipping 32 index
+    # words per count read: a few dozen words where the scan of state words
+    # read ~15,000 at 16,384 pages (here 4,096 to keep the fill short).
+    costs = {}
+    for npages in (64, 4096):
+        heap = devalloc.Heap(L.capacity_for_pages(npages))
+        count = int(npages * 0.9) // 4
+        offs = cuda.to_device(np.full(count, NULL, np.int64))
+        alloc_many[1, 1](heap.ctx, 65536, offs)
+        meta = heap.ctx.meta.copy_to_host()
+        a = touched(meta, heap.capacity, "alloc", 65536)
+        assert a.result != NULL
+        f = touched(meta, heap.capacity, "free", a.result)
+        costs[npages] = (a.words, a.accesses, f.words)
+    small, big = costs[64], costs[4096]
+    assert big[0] <= small[0] + 2 * 32 * 2  # at most two groups of 32 words more per level
+    assert big[2] <= small[2] + 4  # a free: its pages, the index words and counts
+    assert big[0] < 100, costs
+
+
+@simulator_only
+def test_a_heap_reset_starts_with_every_page_free_in_the_index():
+    heap = devalloc.Heap(L.capacity_for_pages(40))
+    at = L.free_tree(heap.npages)
+    want = free_index_template(heap.npages)
+    meta = heap.ctx.meta.copy_to_host()
+    assert (meta[at:at + len(want)] == want).all() and want[-1] == 40
+    offs = cuda.to_device(np.full(2, NULL, np.int64))
+    alloc_many[1, 1](heap.ctx, 20 * L.PAGE, offs)
+    meta = heap.ctx.meta.copy_to_host()
+    assert meta[at + len(want) - 1] == 0  # the top count: nothing free
+    heap.reset()
+    meta = heap.ctx.meta.copy_to_host()
+    assert (meta[at:at + len(want)] == want).all()
+    assert not meta[L.room_tree(heap.npages, 0):].any()  # no room marks
+
+
+@simulator_only
+@pytest.mark.usefixtures("fine_interleaving")
+def test_racing_large_claims_leave_room_for_every_thread():
+    # 4 threads each allocate and free a 200,000 B block (13 pages) 25
+    # times in a 1 MiB heap (62 pages: room for all four at once). A claim
+    # that loses a race finds the others in the index and takes another
+    # run: no NULL (7 to 29 over 5 runs before the index).
+    for _ in range(5):
+        heap = devalloc.Heap(1 << 20)
+        nulls = cuda.to_device(np.zeros(4, np.int64))
+        churn[1, 4](heap.ctx, 200_000, 25, nulls)
+        u = heap.usage()
+        assert u.failed == int(nulls.copy_to_host().sum()) == 0
+        assert (u.allocs, u.frees, u.reserved) == (100, 100, 0)
