@@ -40,7 +40,7 @@ from .stats import Usage, live_blocks, usage_from_meta
 ALIGN_SLACK = 2 * 255
 #: The smallest ``memory=`` buffer (or capacity inside one) a heap fits in,
 #: whatever the buffer's address: one page, its metadata and the alignment.
-MIN_MEMORY = L.MIN_CAPACITY + ALIGN_SLACK
+MIN_MEMORY = L.MIN_MEMORY_BYTES + ALIGN_SLACK
 
 
 def check_capacity(capacity, least=L.MIN_CAPACITY):
@@ -58,8 +58,8 @@ def check_capacity(capacity, least=L.MIN_CAPACITY):
     capacity = int(capacity)
     if capacity < least and least == L.MIN_CAPACITY:
         raise ValueError(
-            f"Heap capacity must be at least {least} bytes (metadata "
-            f"plus one {L.PAGE}-byte page), got {capacity}"
+            f"Heap capacity must be at least {least} bytes (one page; the "
+            f"metadata is allocated beside it), got {capacity}"
         )
     if capacity < least:  # inside memory=
         raise ValueError(
@@ -67,13 +67,26 @@ def check_capacity(capacity, least=L.MIN_CAPACITY):
             f"(metadata, one {L.PAGE}-byte page and up to {ALIGN_SLACK} bytes of "
             f"256-byte alignment), got {capacity}"
         )
-    most = L.capacity_for_pages(L.MAX_PAGES + 1) - 1
+    most = (L.capacity_for_pages if least == L.MIN_CAPACITY else L.memory_for_pages)(
+        L.MAX_PAGES + 1) - 1
     if capacity > most:
         raise ValueError(
             f"Heap capacity must be at most {most} bytes ({L.MAX_PAGES} pages: "
             f"page numbers must fit devalloc's packed words), got {capacity}"
         )
     return capacity
+
+
+def _check_spread(spread):
+    """Return ``spread`` (None or a positive int), or raise saying why."""
+    if spread is None:
+        return None
+    if isinstance(spread, (bool, np.bool_)) or not isinstance(spread, numbers.Integral):
+        raise TypeError(f"spread= must be a positive integer (hint slots) or None, "
+                        f"got {type(spread).__name__}: {spread!r}")
+    if spread < 1:
+        raise ValueError(f"spread= must be at least 1 (one hint slot per class), got {spread}")
+    return int(spread)
 
 
 def free_index_template(npages):
@@ -172,9 +185,11 @@ class RunResult:
 class Heap:
     """A device heap of ``capacity`` bytes that kernels allocate from.
 
-    :param capacity: bytes of device memory the heap takes, metadata included
-        (about 1.6 %); ``heap.capacity`` is the part that can be handed out.
-        Optional with ``memory=``: the whole buffer by default.
+    :param capacity: bytes kernels can be served, rounded down to whole
+        16 KiB pages (``heap.capacity``). The metadata is allocated beside
+        them (``heap.meta_bytes``: a 37 KiB header and about 1.7 %), so a
+        small heap loses no page to it. With ``memory=``: the bytes of the
+        buffer the heap uses, metadata included (the whole buffer by default).
     :param stream: the stream the heap's own work (zeroing, ``reset``,
         ``usage``) is ordered on; 0 is the default stream.
     :param memory: a device buffer exposing ``__cuda_array_interface__`` to
@@ -186,6 +201,12 @@ class Heap:
         :meth:`live`. Kernels compiled for a normal heap are unaffected.
     :param profile: True to keep device-side profile counters (failures by
         cause; see ``usage().profile``).
+    :param spread: the most hint slots a size class may spread its slabs
+        over under contention (rounded up to a power of two, at most
+        ``layout.HINT_SLOTS``, at most one per ``layout.PAGES_PER_SLOT``
+        pages); default: the GPU's SM count. A class starts with one slot
+        and widens only after lost ``cas``; ``heap.spread`` is the bound
+        this heap got.
     :param trace: record the first ``trace`` events (alloc, free, bump, mark,
         scoped, release) in device memory; see :meth:`trace`. With
         ``profile`` or ``trace`` the heap is *observed*: its ``ctx`` has its
@@ -198,8 +219,9 @@ class Heap:
 
     def __init__(self, capacity: int | None = None, *, stream: Any = 0, memory: Any = None,
                  device: int | None = None, debug: bool = False, profile: bool = False,
-                 trace: int = 0) -> None:
+                 trace: int = 0, spread: int | None = None) -> None:
         self.stream = _check_stream(stream, "stream=")
+        self._sms = _check_spread(spread)
         self.device = device
         if not isinstance(debug, (bool, np.bool_)):
             raise TypeError(f"debug= must be True or False, got {type(debug).__name__}: {debug!r}")
@@ -224,6 +246,9 @@ class Heap:
         return cuda.gpus[self.device]
 
     def _build(self, capacity):
+        if self._sms is None:
+            # The simulator's device has no SM count: one slot, as on a calm heap.
+            self._sms = getattr(cuda.get_current_device(), "MULTIPROCESSOR_COUNT", 1)
         if self._memory is not None:
             raw, address = _device_bytes(self._memory)
             if capacity is None:
@@ -236,8 +261,8 @@ class Heap:
             self._arena, self._meta = self._carve(raw, address, capacity)
         else:
             capacity = check_capacity(capacity)
-            self._check_free_memory(capacity)
             npages = L.pages_for_capacity(capacity)
+            self._check_free_memory(capacity, L.memory_for_pages(npages))
             try:
                 self._arena = cuda.device_array(npages * L.PAGE, np.uint8, stream=self.stream)
                 self._meta = cuda.device_array(L.meta_words(npages), np.int64, stream=self.stream)
@@ -255,6 +280,9 @@ class Heap:
         # The free-page index starts with every page free: kept on the device
         # so that reset copies it without the host (a device-to-device copy).
         self._index = cuda.to_device(free_index_template(self.npages), stream=self.stream)
+        self.spread = 1 << L.spread_log_max(self.npages, self._sms)
+        self._spread_max = cuda.to_device(
+            np.array([L.spread_log_max(self.npages, self._sms)], np.int64), stream=self.stream)
         self._clear_meta(self.stream)
         if self.debug:
             self._debug = cuda.device_array(L.DEBUG_WORDS, np.int64, stream=self.stream)
@@ -290,7 +318,7 @@ class Heap:
         """Lay the metadata then the arena out in ``raw[:capacity]``."""
         skip = (-address) % 256  # both regions 256-byte aligned
         # At most 255 more bytes align the arena: MIN_MEMORY gives one page.
-        npages = L.pages_for_capacity(capacity - skip - 255)
+        npages = L.pages_for_memory(capacity - skip - 255)
         assert npages >= 1, (capacity, address)
         meta_bytes = L.meta_words(npages) * 8
         arena_at = skip + meta_bytes + (-(address + skip + meta_bytes)) % 256
@@ -299,16 +327,17 @@ class Heap:
         return arena, meta
 
     @staticmethod
-    def _check_free_memory(capacity):
+    def _check_free_memory(capacity, nbytes):
         free, total = cuda.current_context().get_memory_info()
         where = "the device's free memory"
         if math.isinf(free):
             # The simulator reports infinite memory; its device is the host's RAM.
             free = total = _host_memory()
             where = "the host's memory (the simulator's device memory)"
-        if capacity > free:
+        if nbytes > free:
             raise OutOfMemoryError(
-                f"Heap capacity {capacity} bytes exceeds {where} "
+                f"Heap capacity {capacity} bytes needs {nbytes} bytes (arena and "
+                f"metadata), more than {where} "
                 f"({int(free)} of {int(total)} bytes free)"
             )
 
@@ -327,6 +356,12 @@ class Heap:
     def capacity(self) -> int:
         """Bytes the heap can hand out (whole pages of the arena)."""
         return self.npages * L.PAGE
+
+    @property
+    def meta_bytes(self) -> int:
+        """Device bytes the heap's metadata takes beside the arena (inside
+        ``memory=``, within the buffer): header, page states, bitmaps, index."""
+        return L.meta_bytes(self.npages)
 
     @property
     def arena(self) -> Any:

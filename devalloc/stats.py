@@ -74,9 +74,9 @@ class Usage:
     def suggest_capacity(self, headroom: float = 0.25) -> int:
         """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.
 
-        The result counts the metadata too, so ``Heap(u.suggest_capacity())``
-        has room for what this epoch needed plus the headroom (at least one
-        page). ``headroom`` is a fraction >= 0.
+        Whole pages, so ``Heap(u.suggest_capacity())`` has room for what this
+        epoch needed plus the headroom (at least one page; the metadata is
+        allocated beside it). ``headroom`` is a fraction >= 0.
         """
         if isinstance(headroom, bool) or not isinstance(headroom, (int, float)) or not (
             headroom >= 0 and headroom != float("inf")

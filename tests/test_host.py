@@ -72,15 +72,12 @@ GEOMETRY = [
 
 
 @pytest.mark.parametrize("requested", GEOMETRY)
-def test_capacity_is_whole_pages_that_fit_with_their_metadata(requested):
+def test_capacity_is_the_whole_pages_asked_for_and_the_metadata_lies_beside(requested):
     heap = devalloc.Heap(requested)
     assert heap.capacity % L.PAGE == 0
-    assert 0 < heap.capacity <= requested
+    assert 0 < heap.capacity <= requested < heap.capacity + L.PAGE
     assert heap.capacity == heap.npages * L.PAGE == device_bytes(heap.ctx.arena)
-    # Arena and metadata together fit in what was asked for...
-    assert device_bytes(heap.ctx.arena) + device_bytes(heap.ctx.meta) <= requested
-    assert device_bytes(heap.ctx.meta) == 8 * L.meta_words(heap.npages)
-    # ...and one more page would not.
+    assert device_bytes(heap.ctx.meta) == 8 * L.meta_words(heap.npages) == heap.meta_bytes
     assert L.capacity_for_pages(heap.npages + 1) > requested
 
 

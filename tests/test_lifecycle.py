@@ -152,7 +152,8 @@ def test_resize_discards_contents_and_changes_ctx():
 
 # ---------------------------------------------------------- outside memory
 def test_heap_inside_a_numba_device_array_and_arena_exposes_it():
-    buf = cuda.to_device(np.full(L.capacity_for_pages(3) + 4096, 0x11, np.uint8))
+    # Inside memory= the buffer holds the metadata too.
+    buf = cuda.to_device(np.full(L.memory_for_pages(3) + 4096, 0x11, np.uint8))
     heap = devalloc.Heap(memory=buf)
     assert heap.requested == buf.size and heap.capacity == 3 * L.PAGE
     out = cuda.device_array(4, np.int64)
@@ -173,7 +174,7 @@ def test_heap_inside_a_numba_device_array_and_arena_exposes_it():
 def test_memory_errors_are_specific():
     with pytest.raises(TypeError, match="device array"):
         devalloc.Heap(memory=np.zeros(1 << 20, np.uint8))
-    small = cuda.device_array(L.MIN_CAPACITY, np.uint8)
+    small = cuda.device_array(L.MIN_MEMORY_BYTES, np.uint8)
     with pytest.raises(ValueError, match="too small"):
         devalloc.Heap(memory=small)
     buf = cuda.device_array(1 << 16, np.uint8)
@@ -280,7 +281,7 @@ def test_heap_inside_another_librarys_buffer(library):
     if config.ENABLE_CUDASIM:
         pytest.skip(f"{library} buffers need a GPU; the tests run on the simulator")
     lib = pytest.importorskip(library, reason=f"{library} is not installed")
-    nbytes = L.capacity_for_pages(3)
+    nbytes = L.memory_for_pages(3) + 512
     if library == "cupy":
         buf = lib.zeros(nbytes, dtype=lib.uint8)
     else:

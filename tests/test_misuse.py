@@ -307,7 +307,9 @@ def test_a_heap_larger_than_the_simulators_host_memory_is_out_of_memory():
     capacity = L.capacity_for_pages(-(-int(ram) // L.PAGE) + 1)
     if capacity > L.capacity_for_pages(L.MAX_PAGES):
         pytest.skip("this host has more memory than the largest heap")
-    with pytest.raises(devalloc.OutOfMemoryError, match=f"{capacity} bytes exceeds the host"):
+    nbytes = L.memory_for_pages(L.pages_for_capacity(capacity))  # arena and metadata
+    with pytest.raises(devalloc.OutOfMemoryError,
+                       match=f"{capacity} bytes needs {nbytes} bytes .*the host"):
         devalloc.Heap(capacity)
 
 

@@ -1,8 +1,8 @@
 """The page index: 32-ary trees of bits over the pages, with counts above.
 
 Two kinds of tree share this code (layout.py, "page index"): the free-page
-index (a bit per page, set = the page is FREE and nobody is taking it: a
-*ticket*), and each size class's room index (set = the page may be a slab of
+index (a bit per page, set = the page may be FREE: set after a page became
+FREE, cleared after it was claimed), and each size class's room index (set = the page may be a slab of
 that class with a free slot). Level 0 holds the bits, 32 to a word; every
 level above holds, per word, the number of bits set under it, so a search
 skips 32 words of the level below for each zero it reads.
@@ -14,7 +14,7 @@ search a look). The state words stay the single source of truth; callers
 validate every page they find with the page's state ``cas``
 (docs/correctness.md, "Page index").
 
-Callers: :mod:`devalloc.device.pages` (free pages: tickets, runs for large
+Callers: :mod:`devalloc.device.pages` (free pages: runs for large
 blocks) and :mod:`devalloc.device.slab` (a page for a slab: the class's
 room index, then the free-page index).
 """
@@ -65,8 +65,9 @@ def _index_set(meta, base, npages, w, mask):
 def _index_clear(meta, base, npages, w, mask):
     """Clear the bits ``mask`` of level-0 word ``w``; return those that were set.
 
-    In the free-page index the bits returned are the tickets won: nobody
-    else clears them. Atomics: one ``and``, then the counts' ``add``s.
+    The bits returned are those this call cleared (of two racing clearers,
+    each bit goes to one), so the counts are lowered once per bit. Atomics:
+    one ``and``, then the counts' ``add``s.
     """
     # Level-0 word: and, races with setters' or and other clearers' and.
     got = cuda.atomic.and_(meta, _at(base + w), ~mask & L.WORD_MASK) & mask

@@ -618,7 +618,7 @@ def check_drained(words, npages):
 
     Every page FREE with n = 0 (but bump chunks, which only ``reset``
     frees), every bitmap zero, pages-used the bump chunks' pages, the
-    free-page index as a new heap's (every page's ticket, exact counts; with
+    free-page index as a new heap's (every page in it, exact counts; with
     bump chunks: every FREE page in it, exact counts), and
     ``usage_from_meta``: in_use 0, reserved the bump chunks', live 0,
     allocs == frees.
