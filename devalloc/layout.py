@@ -496,7 +496,8 @@ def hint_word(c, slot):
 # What a warp's leader won for its group in one round, broadcast as one int64:
 # bits  0..15  bump: first block          reuse: bits 0..31 are the mask of
 # bits 16..31  bump: count                       blocks won in word w
-# bits 32..36  reuse: the bitmap word w
+# bits 32..36  reuse: the bitmap word w; bump: bit 32 set if the page was
+#              taken from FREE by this grant (GRANT_TOOK)
 # bit  37      set for a reuse grant
 # bits 38..62  page + 1 (0: nothing was won); bit 63 clear
 GRANT_FIRST_MASK = (1 << 16) - 1
@@ -506,6 +507,9 @@ GRANT_WORD_SHIFT = 32
 GRANT_WORD_MASK = (1 << 5) - 1
 GRANT_REUSE = 1 << 37
 GRANT_PAGE_SHIFT = 38
+#: In a bump grant (whose word field is unused): the page was FREE and this
+#: grant's ``cas`` made it a slab (the leader then updates the page index).
+GRANT_TOOK = 1 << GRANT_WORD_SHIFT
 
 
 @register_jitable
@@ -767,6 +771,7 @@ assert DEBUG_WORDS == record_word(RECORDS, R_KIND)
 assert PAGE + GUARD < 1 << 16  # a debug block's slack fits a uint16 sizes entry
 assert HINT_STRIDE >= 1 + HINT_SLOTS and HINT_STRIDE % 16 == 0 and HINT_BASE % 16 == 0
 assert H_SPREAD_MAX < STRIPE_BASE
+assert HEADER_WORDS < 1 << 16  # a hint's index packs into slab._search's flags word
 assert len(OP_NAMES) == OP_FREE_INVALID and len(PROF_NAMES) == PROF_COUNTERS <= PROF_STRIDE
 assert tree_levels(MAX_PAGES) <= TREE_LEVELS
 assert all(tree_words(n) <= tree_stride(n) for n in (1, 31, 32, 33, 1023, 1025, 32769, MAX_PAGES))

@@ -285,8 +285,9 @@ PATHS = {
             At(_S, "live = uint32(_lo32(s >> L.N_SHIFT)"),
             At(_S, "return w, _lowest(free, want)"),
             At(_S, "out = uint32(out | low)"),
+            At(_S, "return L.reuse_grant(p, int64(w), int64(pick))"),
             At(_S, "mine = _lo32(_take_bits("),
-            At(_S, "return L.reuse_grant(p, int64(w), int64(mine))"),
+            At(_S, "return (g & ~L.WORD_MASK) | int64(mine)"),
             At(_S, "return _grant_offset(g, uint32(0), c)"),
         )),
     "free_lone": PathSpec(
@@ -295,7 +296,7 @@ PATHS = {
             At(_C, "ok = _free_small(meta, npages, p, s, rel, _prof_of(ctx))"),
             At(_S, "widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))"),
             At(_S, "old = _release_or(meta, _at(widx), int64(bits))"),
-            At(_S, "_release_slots(meta, npages, p, freed, False, prof)"),
+            At(_S, "_release_slots(meta, npages, p, freed, False, c, prof)"),
             At(_S, "if old & bit or dup:"),
         )),
     "free_warp32": PathSpec(
@@ -306,7 +307,7 @@ PATHS = {
             At(_S, "widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))"),
             At(_S, "bits, dup = warp.merge_bits(mask, bit)"),
             At(_S, "old = _release_or(meta, _at(widx), int64(bits))"),
-            At(_S, "_release_slots(meta, npages, p, freed, False, prof)"),
+            At(_S, "_release_slots(meta, npages, p, freed, False, c, prof)"),
             At(_S, "old = warp.share(mask, leader, old)"),
             At(_S, "if old & bit or dup:"),
         ), lone=False),

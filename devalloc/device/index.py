@@ -22,7 +22,7 @@ room index, then the free-page index).
 from numba import cuda, int32, int64, uint32
 
 from .. import layout as L
-from ._meta import _at, _load, _popc32
+from ._meta import _at, _lo32, _load, _popc32
 
 
 @cuda.jit(device=True)
@@ -78,7 +78,7 @@ def _index_clear(meta, base, npages, w, mask):
 
 @cuda.jit(device=True)
 def _index_find(meta, base, npages, w, up):
-    """Return ``(v, bits)``: the nearest level-0 word ``v`` with bits set.
+    """Return ``(v, bits)``: the nearest level-0 word ``v`` with bits set (32-bit).
 
     The first at or after ``w`` if ``up``, else the last at or before it;
     ``w == -1``: the first (``up``) or last word of the whole tree.
@@ -113,27 +113,34 @@ def _index_find(meta, base, npages, w, up):
             i = int32(i + step)
         if v != 0:
             if j == 0:
-                return int64(i), v
+                return i, _lo32(v)  # a level-0 word: 32 bits used
             j = int32(j - 1)  # down: the first (up) or last (down) word under i
             i = int32(i << L.WORD_SHIFT)
             if not up:
                 i = int32(i + L.TREE_FANOUT - 1)
             continue
         if j == levels - 1:
-            return int64(-1), int64(0)
+            return int32(-1), uint32(0)
         # Up: the group after (before) the one just scanned, one level higher.
         j = int32(j + 1)
         i = int32((end >> L.WORD_SHIFT) + step)
         if i < 0:
-            return int64(-1), int64(0)
+            return int32(-1), uint32(0)
 
 
 @cuda.jit(device=True)
 def _level(npages, j):
-    # (offset from the tree's start, words) of level j, in 32 bits.
-    n = int32((npages + L.TREE_FANOUT - 1) >> L.WORD_SHIFT)
-    start = int32(0)
-    for _ in range(j):
-        start = int32(start + n)
-        n = int32((n + L.TREE_FANOUT - 1) >> L.WORD_SHIFT)
-    return start, n
+    """(offset from the tree's start, words) of level ``j``, in 32 bits.
+
+    Level i has ceil(npages / 32**(i + 1)) words (a ceiling of a ceiling is
+    one ceiling): straight-line code with a constant trip count, no chain
+    from one level to the next (a loop over j cost registers).
+    """
+    m = uint32(npages)
+    start = uint32(0)
+    n = uint32((m + uint32(L.TREE_FANOUT - 1)) >> L.WORD_SHIFT)
+    for i in range(1, L.TREE_LEVELS):
+        if i <= j:
+            start = uint32(start + n)
+            n = uint32((m + uint32((1 << (L.WORD_SHIFT * (i + 1))) - 1)) >> (L.WORD_SHIFT * (i + 1)))
+    return int32(start), int32(n)

@@ -16,11 +16,11 @@ change is an atomic named below; the ordering argument is in
 docs/correctness.md.
 """
 
-from numba import cuda, int64
+from numba import cuda, int32, int64, uint32
 
 from .. import layout as L
-from ._meta import (RETRIES, _acquire_cas, _at, _fence_acq_rel, _fold, _load, _note_fold,
-                    _pages_changed, _pcount, _ptally)
+from ._meta import (RETRIES, _acquire_cas, _at, _fence_acq_rel, _fold, _load,
+                    _note_fold, _opaque, _pages_changed, _pcount, _ptally)
 from .index import _index_clear, _index_find, _index_set
 
 #: Passes over the free-page index for a run, repeated only after a race
@@ -32,7 +32,7 @@ LARGE_PASSES = 8
 def _run_mask(lo, hi):
     # The bits of pages [lo, hi) in the level-0 word of page lo (hi at most
     # the word's end).
-    return ((int64(1) << (hi - lo)) - 1) << (lo & (L.BITS_PER_WORD - 1))
+    return ((int64(1) << int64(hi - lo)) - 1) << int64(lo & (L.BITS_PER_WORD - 1))
 
 
 @cuda.jit(device=True)
@@ -50,9 +50,10 @@ def _index_pages(meta, npages, lo, hi, free):
     and the counts' ``add``s.
     """
     base = L.free_tree(npages)
-    q = lo
-    while q < hi:
-        e = _word_end(q, hi)
+    q = int32(lo)  # 32-bit page numbers (pages < 2**25): registers
+    end = int32(hi)
+    while q < end:
+        e = int32(_word_end(q, end))
         if free:
             _index_set(meta, base, npages, q >> L.WORD_SHIFT, _run_mask(q, e))
         else:
@@ -158,18 +159,22 @@ def _alloc_pages(meta, npages, k, tag, prof):
     """
     seen = 0  # candidate runs tried and passes made (profiled heaps only)
     scans = 0
+    k = int32(k)  # 32-bit page numbers (pages < 2**25): registers
     for _ in range(LARGE_PASSES):
         scans = _ptally(prof, scans)
-        limit = npages
+        limit = int32(npages)
         lost = False
         while True:
+            # Hidden each time: what derives from npages is not hoisted out
+            # of the loop and kept live across it (registers).
+            npages = _opaque(npages)
             p = _find_run(meta, npages, k, limit)
             if p < 0:
                 break
             seen = _ptally(prof, seen)
             q = p
             while q < p + k and _take_page(meta, q, k if k == 1 else 0, tag, prof):
-                q += 1
+                q = int32(q + 1)
             if q == p + k:
                 if k > 1:
                     _crown(meta, p, k, tag)
@@ -216,51 +221,53 @@ def _crown(meta, p, k, tag):
 def _find_run(meta, npages, k, limit):
     """Return the first page of the highest run of ``k`` free pages below ``limit``, or -1.
 
-    From the free-page index alone (plain loads: a guess the state ``cas``
+    From the free-page index alone (relaxed loads: a guess the state ``cas``
     validates). Goes down over the index words with pages set
     (:func:`_index_find` skips the empty ones 32 words per count read),
     carrying ``run``, the free pages at the bottom of the words above: a
     word's top free pages extend it; a run inside a word is found with
-    shifts; else the word's bottom free pages start a new one.
+    shifts; else the word's bottom free pages start a new one. 32-bit
+    (pages < 2**25): registers.
     """
-    base = L.free_tree(npages)
-    run = 0
-    first = (limit - 1) >> L.WORD_SHIFT
+    kk = uint32(k)
+    lim = uint32(limit)
+    first = int32((lim - uint32(1)) >> L.WORD_SHIFT)
     w = first
-    if limit == npages:
-        w = -1  # the whole index, from its top word down
+    if lim == uint32(npages):
+        w = int32(-1)  # the whole index, from its top word down
+    run = uint32(0)
     while True:
-        v, x = _index_find(meta, base, npages, w, False)
+        v, found = _index_find(meta, L.free_tree(npages), npages, w, False)
         if v < 0:
-            return -1
-        if v == first:  # only the pages below limit
-            x &= (int64(2) << ((limit - 1) & (L.BITS_PER_WORD - 1))) - 1
-        if v != w:
-            run = 0  # words w .. v + 1 have no free page
-        # Free pages at the top of word v (leading ones of its 32 bits).
-        top = L.BITS_PER_WORD
-        if x != L.WORD_MASK:
-            top = L.BITS_PER_WORD - 1 - L.floor_log2(~x & L.WORD_MASK)
-        if top + run >= k:
-            return ((v + 1) << L.WORD_SHIFT) + run - k
-        if top == L.BITS_PER_WORD:
-            run += L.BITS_PER_WORD
+            return int32(-1)
+        vw = v
+        x = found
+        if vw == first:  # only the pages below limit
+            x = uint32(x & (uint32(0xFFFFFFFF) >> uint32(31 - ((lim - uint32(1)) & uint32(31)))))
+        if vw != w:
+            run = uint32(0)  # words w .. v + 1 have no free page
+        # Free pages at the top of word v: its leading ones.
+        top = uint32(cuda.clz(uint32(~x)))
+        if top + run >= kk:
+            return int32(((vw + 1) << L.WORD_SHIFT) + int32(run) - int32(kk))
+        if top == uint32(L.BITS_PER_WORD):
+            run = uint32(run + uint32(L.BITS_PER_WORD))
         else:
-            if k < L.BITS_PER_WORD:
+            if kk < uint32(L.BITS_PER_WORD):
                 # Bit i of m: pages i .. i + k - 1 of the word are all free.
                 m = x
-                s = 1
-                while s < k:
-                    t = min(s, k - s)
-                    m &= m >> t
-                    s += t
+                sh = uint32(1)
+                while sh < kk:
+                    t = min(sh, uint32(kk - sh))
+                    m = uint32(m & (m >> t))
+                    sh = uint32(sh + t)
                 if m != 0:
-                    return (v << L.WORD_SHIFT) + L.floor_log2(m)
+                    return int32((vw << L.WORD_SHIFT) + 31 - int32(cuda.clz(m)))
             # Free pages at its bottom (trailing ones) start the next run.
-            run = L.floor_log2(~x & (x + 1))
-        if v == 0:
-            return -1
-        w = v - 1
+            run = uint32(cuda.ffs(uint32(~x)) - 1)
+        if vw == 0:
+            return int32(-1)
+        w = int32(vw - 1)
 
 
 @cuda.jit(device=True)

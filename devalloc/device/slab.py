@@ -28,6 +28,8 @@ SMALL_PASSES = 4
 #: Lost ``cas`` on one slab's state word before ``_reserve`` gives up on it
 #: (BUSY): the search moves on, and a hinted slab's class widens its spread.
 SLAB_TRIES = 4
+#: Searches by one ``_find`` whose reserved freed blocks all went to others.
+SETTLE_TRIES = 4
 #: ``_reserve`` results that are not grants (every grant is >= 1 << 38).
 NO = 0
 BUSY = 1
@@ -123,23 +125,22 @@ def _reserve(meta, npages, p, c, want, prof):
     bits it did not get are given back as undone reservations).
 
     A free page is claimed by the ``cas`` (two threads taking one page meet
-    there: the loser finds the slab and takes blocks of it); then, a slot
-    being left, the class's room index marks it, and it leaves the free-page
-    index. Marking before leaving means that a search that no longer finds
-    the page free finds its mark (docs/correctness.md, "Page index").
+    there: the loser finds the slab and takes blocks of it); the caller then
+    updates the page index (:func:`_took_page`).
 
-    Returns a grant (:func:`layout.bump_grant`/``reuse_grant``), ``NO`` when
-    the page cannot serve the class, or ``BUSY`` when it could but every try
-    lost a race. Atomics: ``cas`` per try (<= SLAB_TRIES), then the ``and``
-    on the reuse path; when a page is taken, the room mark's ``or``, the
-    free-page index's ``and`` (and their counts' ``add``s), the pages-used
-    ``add`` and peak ``max``. Counts and block indices are 32-bit.
+    Returns a grant (:func:`layout.bump_grant`, with GRANT_TOOK when the
+    page was free; ``reuse_grant`` of the picked bits, whose slots are
+    reserved but whose bits the caller still has to take: :func:`_settle`),
+    ``NO`` when the page cannot serve the class, or ``BUSY`` when it could
+    but every try lost a race. Atomics: ``cas`` per try (<= SLAB_TRIES);
+    when a page is taken, the pages-used ``add`` and peak ``max``. Counts
+    and block indices are 32-bit.
     """
     idx = L.state_word(p)
     tag = uint32(L.slab_tag(c))
     cap = _blocks(c)
     s = _load(meta, _at(idx))  # guess, validated by the cas
-    tries = int32(SLAB_TRIES)
+    tries = _opaque(int32(SLAB_TRIES))  # hidden: a constant trip count unrolls the loop
     while True:
         t = uint32(_lo32(s) & L.TAG_MASK)
         first = uint32(0)
@@ -174,26 +175,38 @@ def _reserve(meta, npages, p, c, want, prof):
             if t == L.TAG_FREE or folded:  # rare: one branch on the common path
                 _note_fold(meta, folded)
                 if t == L.TAG_FREE:
-                    if got < cap:
-                        _room_set(meta, npages, c, p)
-                    _index_clear(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
-                                 int64(1) << (p & (L.BITS_PER_WORD - 1)))
                     _pages_changed(meta, 1)
                     _pcount(prof, L.P_SLABS_TAKEN, 1)
+                    # The page index is updated by the caller (_took_page),
+                    # where fewer values are live: registers.
+                    return L.bump_grant(p, int64(0), int64(got)) | L.GRANT_TOOK
             if pick == 0:
                 return L.bump_grant(p, int64(first), int64(got))
-            mine = _lo32(_take_bits(meta, L.bitmap_word(npages, p, w), int64(pick)))
-            lost = uint32(got - uint32(_popc32(mine)))
-            if lost:
-                _release_slots(meta, npages, p, int64(lost), True, prof)
-            if mine == 0:
-                return BUSY
-            return L.reuse_grant(p, int64(w), int64(mine))
+            # Slots reserved for the picked bits: the caller takes them
+            # (_settle), out of the search, where fewer values are live.
+            return L.reuse_grant(p, int64(w), int64(pick))
         s = old
         _pcount(prof, L.P_CAS_RETRIES, 1)
         tries = int32(tries - 1)
         if tries == 0:
             return BUSY
+
+
+@cuda.jit(device=True)
+def _took_page(meta, npages, c, g):
+    """Update the page index for grant ``g``, whose ``cas`` took a free page.
+
+    Who calls: ``_find``/``_search``, on a grant with GRANT_TOOK, before
+    returning it. A slot being left, the class's room index marks the page;
+    then it leaves the free-page index (marking first: a search that no
+    longer finds the page free finds its mark). Atomics: the room mark's
+    ``or`` (and counts), the free-page index's ``and`` (and counts).
+    """
+    p = int64(_lo32(g >> L.GRANT_PAGE_SHIFT) - uint32(1))
+    if _grant_got(g) < _blocks(c):
+        _room_set(meta, npages, c, p)
+    _index_clear(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
+                 int64(1) << (p & (L.BITS_PER_WORD - 1)))
 
 
 @cuda.jit(device=True)
@@ -209,11 +222,11 @@ def _take_bits(meta, widx, pick):
 
 
 @cuda.jit(device=True)
-def _release_slots(meta, npages, p, k, undo, prof):
+def _release_slots(meta, npages, p, k, undo, c, prof):
     """Give back ``k`` slots of the slab on page ``p``; retire it when empty.
 
     ``undo`` counts the slots as reservations that were never used (not
-    frees). Atomics: one ``add`` on the state word; when the slab became
+    frees); ``c`` is the slab's class (its blocks pin it: it cannot change). Atomics: one ``add`` on the state word; when the slab became
     empty, :func:`_retire`; when it was full (and was not retired), the room
     mark (:func:`_room_set`).
     """
@@ -224,11 +237,11 @@ def _release_slots(meta, npages, p, k, undo, prof):
     old = _release_add(meta, _at(idx), -k * L.N_ONE)
     if undo:
         cuda.atomic.add(meta, L.H_ALLOC_UNDO, k)  # undone reservations: add
-    new = old - k * L.N_ONE
-    if L.slab_live(new) == 0 and _retire(meta, npages, p, new, prof):
-        return
-    c = uint32((_lo32(old) & L.TAG_MASK) - 1)  # a slab's class (live > 0: not RETIRING)
-    if uint32(_lo32(old >> L.N_SHIFT) & L.LIVE_MASK) >= _blocks(c):
+    live = uint32(_lo32(old >> L.N_SHIFT) & L.LIVE_MASK)  # before: >= k
+    if live == uint32(k):  # now empty
+        if _retire(meta, npages, p, old - k * L.N_ONE, prof):
+            return
+    if live >= _blocks(c):
         _room_set(meta, npages, c, p)  # it was full: room appeared
 
 
@@ -247,6 +260,7 @@ def _retire(meta, npages, p, s, prof):
     ``add`` before, and back if the ``cas`` fails.
     """
     idx = L.state_word(p)
+    npages = _opaque(npages)  # what derives from it is computed here, not kept live
     _pages_changed(meta, -1)
     # State word: cas from exactly the empty slab we saw.
     if _acquire_cas(meta, _at(idx), s, L.state_keep_count(s) | L.TAG_RETIRING) != s:
@@ -254,14 +268,12 @@ def _retire(meta, npages, p, s, prof):
         _pcount(prof, L.P_CAS_RETRIES, 1)
         return 0
     _pcount(prof, L.P_SLABS_RETIRED, 1)
-    bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
-    _index_clear(meta, L.room_tree(npages, L.slab_class(L.state_tag(s))), npages,
-                 p >> L.WORD_SHIFT, bit)
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT):
         _store(meta, _at(L.bitmap_word(npages, p, w)), 0)  # bitmap: RETIRING, ours
     # State word: exch on a page only we may change.
     _release_exch(meta, _at(idx), L.state_keep_count(s))
-    _index_set(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT, bit)
+    _index_set(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
+               int64(1) << (p & (L.BITS_PER_WORD - 1)))
     return 1
 
 
@@ -315,99 +327,175 @@ def _widen(meta, c, e, prof):
 #: _find's index cursor: the whole index from its top word, or none left.
 START = -1
 DONE = -2
+#: _search's flags, above the passes left (_PASSES).
+_PASSES = 0xFF
+_FREE = 0x100
+_RECHECK = 0x200
+_BUSY = 0x400
+_HINT_SHIFT = 16  # the hint's metadata index (< 2**16: HEADER_WORDS)
 
 
 @cuda.jit(device=True)
 def _find(meta, npages, c, want, prof):
     """Return a grant of up to ``want`` blocks of class ``c``, or 0.
 
-    Candidates, in order: the page the warp's hint slot names (slot: the
-    warp number modulo the class's spread); the slabs of class ``c`` that
-    may have room (the room index, lowest first; one that cannot serve is
-    taken out of it, :func:`_room_drop`); the free pages (the free-page
-    index, lowest first; a stale entry is repaired, :func:`pages._repair`).
-    An empty index answers with one load (its top word), so a heap with no
-    page that can serve says so at once. A pass over the indexes that lost
-    a race somewhere (BUSY) is followed by another, up to SMALL_PASSES. A
-    grant from an index moves the slot's hint there (``exch``); giving up on
-    the hinted slab widens the class's spread (:func:`_widen`).
+    :func:`_seek` a page and reserve blocks there, then settle the grant
+    (:func:`_took_page`, :func:`_settle`) once the search's state is dead:
+    the page index updates and the bits' ``and`` cost no registers on top of
+    the search. A reuse whose bits all went to another thread seeks again,
+    up to SETTLE_TRIES times.
 
-    Who calls: a group's leader (``_alloc_small``). Atomics: those of the
-    ``_reserve``s tried, the hint's ``exch`` when it moves, the repairs'.
-    Returns 0 when nothing was won. The loop's state is 32-bit: registers.
+    Who calls: a group's leader (``_alloc_small``). Atomics: those of
+    :func:`_seek`, then the ones named in :func:`_took_page` or
+    :func:`_settle`. Returns 0 when nothing was won.
+    """
+    left = _opaque(int32(SETTLE_TRIES))  # hidden: the loop is not unrolled
+    while True:
+        # Hidden each time: what derives from npages is not hoisted out of
+        # this loop and kept live across the search (registers).
+        npages = _opaque(npages)
+        g = _seek(meta, npages, c, want, prof)
+        if g == 0:
+            return g
+        if _lo32(g >> 32) & uint32(L.GRANT_REUSE >> 32):
+            g = _settle(meta, npages, c, g, prof)
+            if g != 0:
+                return g
+            left = int32(left - 1)
+            if left == 0:
+                return g
+        else:
+            if g & L.GRANT_TOOK:
+                _took_page(meta, npages, c, g)
+            return g
+
+
+@cuda.jit(device=True)
+def _settle(meta, npages, c, g, prof):
+    """Take the bits of reuse grant ``g``, whose slots ``_reserve`` reserved.
+
+    One ``and`` on the bitmap word (:func:`_take_bits`): the bits it got are
+    ours; the slots of those it did not get (another reuser's) are given
+    back as undone reservations (:func:`_release_slots`). Returns the grant
+    of the bits won, or 0 if none.
+    """
+    hi = _lo32(g >> 32)
+    p = int64(uint32(hi >> (L.GRANT_PAGE_SHIFT - 32)) - uint32(1))
+    w = int64(hi & L.GRANT_WORD_MASK)
+    pick = _lo32(g)
+    mine = _lo32(_take_bits(meta, L.bitmap_word(npages, p, w), int64(pick)))
+    if mine != pick:  # some bits went to another reuser: their slots back
+        _release_slots(meta, npages, p, int64(_popc32(pick ^ mine)), True, c, prof)
+        if mine == 0:
+            return int64(0)
+    return (g & ~L.WORD_MASK) | int64(mine)  # the grant of the bits won
+
+
+@cuda.jit(device=True)
+def _seek(meta, npages, c, want, prof):
+    """Return a reserved grant of up to ``want`` blocks of class ``c``, or 0.
+
+    First the page the warp's hint slot names (slot: the warp number modulo
+    the class's spread); giving up on it after SLAB_TRIES lost ``cas``
+    widens the class's spread (:func:`_widen`). Then :func:`_search`.
+
+    Who calls: :func:`_find`. Atomics: those of the ``_reserve``s tried, the
+    hint's ``exch`` when it moves, the repairs'. Returns 0 when nothing was
+    reserved.
     """
     n = uint32(npages)
     # The spread word and slot 0's hint share a line: two independent loads.
-    e = _lo32(_load(meta, _at(L.spread_word(c))))  # racy: any value below 8 is safe
+    e = _lo32(_load(meta, _at(L.spread_word(c))))  # racy: any value is safe (masked)
     hint_idx = L.hint_word(c, 0)
     hv = _load(meta, _at(hint_idx))
     if e != 0:  # widened: the warp's own slot
-        hint_idx = L.hint_word(c, _warp_number() & ((uint32(1) << (e & 7)) - uint32(1)))
+        # (_tie: the warp number is computed here, not on the calm path.)
+        hint_idx = L.hint_word(c, _tie(_warp_number(), int64(e)) & ((uint32(1) << (e & 7)) - uint32(1)))
         hv = _load(meta, _at(hint_idx))
     # A hint of 0 (none) wraps to 2**32 - 1, so one compare range-checks it.
     h = _lo32(hv - 1)  # racy hint: any value is safe
-    p = h
-    phase = uint32(0)  # 0: the hint; 1: the room index; 2: the free-page index
-    passes = uint32(SMALL_PASSES)
     busy = False
-    w = int32(DONE)  # the index word to look at next
+    if h < n:
+        g = _reserve(meta, npages, int64(h), c, want, prof)
+        if g > BUSY:
+            _pcount(prof, L.P_PAGES_SCANNED, 1)
+            return g
+        if g == BUSY:
+            busy = True
+            _widen(meta, c, e, prof)
+    return _search(meta, npages, c, want, prof, uint32(hint_idx), h < n, busy)
+
+
+@cuda.jit(device=True)
+def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
+    """Return a grant of class ``c`` from the page index, or 0 (``_find``'s rest).
+
+    Candidates, in order: the slabs of class ``c`` that may have room (the
+    room index, lowest first; one that cannot serve is taken out of it,
+    :func:`_room_drop`); the free pages (the free-page index, lowest first;
+    a stale entry is repaired, :func:`pages._repair`). Before the pass's
+    first free page it reads the room index once more: a slab another
+    thread took meanwhile for the class is marked there before its page
+    leaves the free-page index. An empty index answers with one load (its
+    top word), so a heap with no page that can serve says so at once. A
+    pass that lost a race (BUSY; ``busy``: the hint's page did, ``tried``:
+    it was tried) is followed by another, up to SMALL_PASSES. A grant moves
+    the hint at ``hint_idx`` to its page (``exch``). One index lookup site
+    and 32-bit state, the hint's index packed with the flags: registers.
+    """
+    n = uint32(npages)
+    # One word of flags and the passes left (registers): _FREE set while on
+    # the free-page index (else the room index), _RECHECK while the room
+    # index is to be read once more, _BUSY when a race was lost this pass.
+    st = uint32(SMALL_PASSES | _RECHECK | (_BUSY if busy else 0) | (hint_idx << _HINT_SHIFT))
+    w = int32(START)  # the index word to look at next
     bits = uint32(0)  # candidates left in the word before it
-    recheck = True
-    seen = uint32(0)  # pages tried (profiled heaps only)
+    seen = uint32(1) if tried else uint32(0)  # pages tried (profiled heaps only)
     while True:
-        if phase > 0:
-            if bits == 0 and w != DONE:
-                base = L.room_tree(npages, c) if phase == 1 else L.free_tree(npages)
-                v, x = _index_find(meta, base, npages, w, True)
-                w = int32(v) if v >= 0 else int32(DONE)
-                bits = uint32(x)
-            if bits == 0:  # this index has no more candidates
-                phase = uint32(phase + 1)
-                if phase == 3:
-                    passes = uint32(passes - 1)
-                    if not busy or passes == 0:
-                        _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
-                        return 0
-                    busy = False
-                    phase = uint32(1)
-                    recheck = True
-                w = int32(START)
-                continue
-            low = uint32(bits & uint32(~bits + uint32(1)))
-            bits = uint32(bits ^ low)
-            p = uint32((w << L.WORD_SHIFT) + cuda.ffs(low) - 1)
-            if bits == 0:
-                w = int32(w + 1)
-            if phase == 2 and recheck:
-                # The pass's first free page: did a slab with room appear
-                # since the room index was read? (A taker marks it before
-                # its page leaves the free-page index, read just now.)
-                recheck = False
-                if _index_find(meta, L.room_tree(npages, c), npages, START, True)[0] >= 0:
-                    phase = uint32(1)
-                    w = int32(START)
-                    bits = uint32(0)
-                    continue
+        # Hidden each time: what derives from npages is not hoisted out of
+        # the loop and kept live across it (registers).
+        npages = _opaque(npages)
+        if bits == 0 and w != DONE:
+            base = L.free_tree(npages) if st & _FREE else L.room_tree(npages, c)
+            v, x = _index_find(meta, base, npages, w, True)
+            w = int32(v) if v >= 0 else int32(DONE)
+            bits = uint32(x)
+        if bits == 0:  # this index has no more candidates
+            if st & _FREE:
+                st = uint32(st - 1)  # a pass ends
+                if not st & _BUSY or not st & _PASSES:
+                    _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
+                    return 0
+                st = uint32((st & ~_BUSY) | _RECHECK)
+            st = uint32(st ^ _FREE)
+            w = int32(START)
+            continue
+        if st & _FREE and st & _RECHECK:
+            # About to take a free page: the room index once more first.
+            st = uint32(st & ~(_FREE | _RECHECK))
+            w = int32(START)
+            bits = uint32(0)
+            continue
+        low = uint32(bits & uint32(~bits + uint32(1)))
+        bits = uint32(bits ^ low)
+        p = uint32((w << L.WORD_SHIFT) + cuda.ffs(low) - 1)
+        if bits == 0:
+            w = int32(w + 1)
         if p < n:
             g = _reserve(meta, npages, int64(p), c, want, prof)
             seen = uint32(seen + 1)
             if g > BUSY:
-                if p != h:
-                    cuda.atomic.exch(meta, _at(hint_idx), int64(p) + 1)  # hint: racy, harmless
-                    _pcount(prof, L.P_HINT_MOVES, 1)
+                # Hint: racy, harmless (any value is range-checked).
+                cuda.atomic.exch(meta, _at(st >> _HINT_SHIFT), int64(p) + 1)
+                _pcount(prof, L.P_HINT_MOVES, 1)
                 _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
                 return g
             if g == BUSY:
-                busy = True
-                if phase == 0:
-                    _widen(meta, c, e, prof)
-            elif phase == 1:
-                _room_drop(meta, npages, c, int64(p))  # a stale mark
-            elif phase == 2:
+                st = uint32(st | _BUSY)
+            elif st & _FREE:
                 _repair(meta, npages, int64(p))  # a stale entry
-        if phase == 0:
-            phase = uint32(1)
-            w = int32(START)
+            else:
+                _room_drop(meta, npages, c, int64(p))  # a stale mark
 
 
 @cuda.jit(device=True)
@@ -509,7 +597,7 @@ def _free_small(meta, npages, p, s, rel, prof):
         old = _release_or(meta, _at(widx), int64(bits))
         freed = int64(_popc32(bits & ~_lo32(old)))
         if freed:
-            _release_slots(meta, npages, p, freed, False, prof)
+            _release_slots(meta, npages, p, freed, False, c, prof)
     if lanes > 1:
         old = warp.share(mask, leader, old)
     if old & bit or dup:

@@ -46,7 +46,7 @@ def free_small_release_first(meta, npages, p, s, rel, prof):
     widx = L.bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
     bit = int64(1) << (b % L.BITS_PER_WORD)
     warp.group(widx)
-    _release_slots(meta, npages, p, 1, False, prof)  # BUG: the slot goes back first
+    _release_slots(meta, npages, p, 1, False, c, prof)  # BUG: the slot goes back first
     old = cuda.atomic.or_(meta, widx, bit)
     return 0 if old & bit else 1
 
@@ -170,7 +170,7 @@ def free_small_leader_bit_only(meta, npages, p, s, rel, prof):
         old = cuda.atomic.or_(meta, widx, bit)  # BUG: bit, not the group's bits
         freed = L.popc32(bits & ~old)
         if freed:
-            _release_slots(meta, npages, p, freed, False, prof)
+            _release_slots(meta, npages, p, freed, False, c, prof)
     if lanes > 1:
         old = warp.share(mask, leader, old)
     if old & bit or dup:

@@ -266,6 +266,10 @@ class FakeCuda:
         x = int(x) & 0xFFFFFFFF
         return (x & -x).bit_length()
 
+    def clz(self, x):
+        # 32-bit operands only (as devalloc's device code passes them).
+        return 32 - (int(x) & 0xFFFFFFFF).bit_length()
+
     def __getattr__(self, name):
         raise AttributeError(
             f"the explorer's fake cuda module has no {name!r}: device code "
