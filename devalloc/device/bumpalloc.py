@@ -14,7 +14,8 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import warp
-from ._meta import RETRIES, _acquire_cas, _count, _load, _npages, _pcount, _prof_of, _release_cas
+from ._meta import (RETRIES, _acquire_cas, _count, _load, _npages, _opaque, _pcount, _prof_of,
+                    _release_cas)
 from .pages import _alloc_pages, _free_pages
 
 
@@ -44,7 +45,9 @@ def _claim(meta, npages, total, cnt, prof):
             w = old
             _pcount(prof, L.P_CAS_RETRIES, 1)
             continue
-        q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP, prof)
+        # Hidden: what the page search derives from these is computed there,
+        # not hoisted out of this loop onto the path that fits (registers).
+        q = _alloc_pages(meta, _opaque(npages), _opaque(chunk_pages), L.TAG_BUMP, prof)
         if q < 0:
             # No free run: maybe because other threads hold pages for a chunk
             # of their own right now. If one of them installed it, use it.
@@ -93,7 +96,7 @@ def bump(ctx, nbytes):
         size = L.align_up(n)
         chunk_bytes = L.bump_chunk_pages(npages) << L.PAGE_SHIFT
         if size * 2 > chunk_bytes:
-            q = _alloc_pages(meta, npages, L.pages_for(size), L.TAG_BUMP, _prof_of(ctx))
+            q = _alloc_pages(meta, _opaque(npages), L.pages_for(size), L.TAG_BUMP, _prof_of(ctx))
             if q >= 0:
                 cuda.atomic.add(meta, L.H_BUMP_DONE, 1)  # H_BUMP_DONE: add
                 off = q << L.PAGE_SHIFT
