@@ -97,6 +97,7 @@ def _head_word(s, k, tag):
     A large block (TAG_HEAD) counts one allocation; a bump chunk does not.
     """
     keep = L.state_keep_count(s)
+    k = int64(k)
     if tag == L.TAG_HEAD:
         return _fold(keep + L.COUNT_ONE + L.pack_state(L.TAG_HEAD, k, 0))
     return keep + L.pack_state(tag, k, 0), 0
@@ -181,7 +182,7 @@ def _alloc_pages(meta, npages, k, tag, prof):
                 _index_pages(meta, npages, p, p + k, False)
                 _pages_changed(meta, k)
                 _profile_scan(prof, scans, seen)
-                return p
+                return int64(p)
             # Lost page q: free what we took, back into the index (another
             # claim may have repaired them out meanwhile), and take q out of
             # the index if it is a stale entry.
@@ -193,7 +194,7 @@ def _alloc_pages(meta, npages, k, tag, prof):
         if not lost:
             break
     _profile_scan(prof, scans, seen)
-    return -1
+    return int64(-1)
 
 
 @cuda.jit(device=True)
@@ -231,6 +232,8 @@ def _find_run(meta, npages, k, limit):
     """
     kk = uint32(k)
     lim = uint32(limit)
+    if lim == 0:
+        return int32(-1)
     first = int32((lim - uint32(1)) >> L.WORD_SHIFT)
     w = first
     if lim == uint32(npages):

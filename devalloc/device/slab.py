@@ -466,13 +466,13 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
                 if not st & _BUSY or not st & _PASSES:
                     _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
                     return 0
-                st = uint32((st & ~_BUSY) | _RECHECK)
+                st = uint32((st & (0xFFFFFFFF ^ _BUSY)) | _RECHECK)
             st = uint32(st ^ _FREE)
             w = int32(START)
             continue
         if st & _FREE and st & _RECHECK:
             # About to take a free page: the room index once more first.
-            st = uint32(st & ~(_FREE | _RECHECK))
+            st = uint32(st ^ (_FREE | _RECHECK))  # both set here
             w = int32(START)
             bits = uint32(0)
             continue
