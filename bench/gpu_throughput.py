@@ -227,7 +227,8 @@ def measure_config(timer, variant, n, nbytes, iterations):
 
     The row has ``times``: per-iteration milliseconds of ``floor``,
     ``alloc``, ``free`` and ``pair`` (``nrt`` is added by
-    :func:`measure_nrt`), and the heap's counts after the alloc/free loop.
+    :func:`measure_nrt`), the heap's counts after the alloc/free loop, and
+    ``floor_bytes``, what the floor kernels bumped in all.
     """
     import numpy as np
     from numba import cuda
@@ -273,7 +274,8 @@ def measure_config(timer, variant, n, nbytes, iterations):
         u = heap.usage(s)  # synchronizes s
         row.update(done_allocs=u.allocs, done_frees=u.frees, live_blocks=u.live_blocks,
                    peak=u.peak, failed=u.failed, invalid_frees=u.invalid_frees,
-                   bad_blocks=int(bad.copy_to_host(stream=s)[0]))
+                   bad_blocks=int(bad.copy_to_host(stream=s)[0]),
+                   floor_bytes=int(counter.copy_to_host(stream=s)[0]))
         times["pair"] = [timer.once_ms(lambda: launch["pair"](n)) for _ in range(iterations)]
         row["pair_failed"] = heap.usage(s).failed - u.failed
     finally:
