@@ -414,8 +414,11 @@ def _size(nbytes):
     return f"{nbytes // 1024} KiB" if nbytes >= 1024 else f"{nbytes} B"
 
 
-def _mib(nbytes):
-    return f"{nbytes / 2**20:.1f} MiB"
+def _amount(nbytes):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if nbytes >= 1 << shift:
+            return f"{nbytes / (1 << shift):.1f} {unit}"
+    return f"{nbytes} B"
 
 
 def _ratio(r):
@@ -434,13 +437,13 @@ def throughput_table(rows):
     out = []
     for r in rows:
         if "skipped" in r:
-            out.append([r["allocs"], _size(r["bytes"]), "skipped: " + r["skipped"]]
+            out.append([f"{r['allocs']:,}", _size(r["bytes"]), "skipped: " + r["skipped"]]
                        + [""] * (len(COLUMNS) - 3))
             continue
         s = summarize(r)
         ms, ratio, first = s["ms"], s["ratio"], s["first"]
         out.append([
-            r["allocs"], _size(r["bytes"]), _mib(r["heap_bytes"]), _mib(r["peak"]),
+            f"{r['allocs']:,}", _size(r["bytes"]), _amount(r["heap_bytes"]), _amount(r["peak"]),
             *(f"{ms[k][0]:.4f} / {ms[k][1]:.4f}" for k in ("alloc", "free", "floor")),
             _ratio(ratio["alloc"]), _ratio(ratio["free"]), _ratio(ratio["pair"]),
             _ratio(ratio["nrt"]) if "nrt" in ratio else r.get("nrt", "-"),
