@@ -4,8 +4,11 @@ The measurement functions of ``bench/op_counts.py`` and ``bench/oom.py`` run
 here at tiny sizes; what is deterministic on the simulator (one thread, or
 one converged warp in "warp" mode, one block at a time) is asserted exactly.
 No timings are asserted. ``bench/gpu_throughput.py`` is checked to exit 0
-with its message on a machine without a GPU, and its kernels to compile for
-sm_90 (in a subprocess with the real CUDA target, as in test_compile.py).
+with its message on a machine without a GPU, its kernels to compile for
+sm_90 (in a subprocess with the real CUDA target, as in test_compile.py),
+and its protocol (alloc and free timed apart, iterations without a reset,
+thread and warp variants, ratios to the floor) to run on the simulator with
+CUDA events replaced by stubs that hand out made-up times.
 """
 
 import json
@@ -184,34 +187,157 @@ def test_gpu_throughput_kernels_compile_for_sm90():
         capture_output=True, text=True, env=_real_target_env(), timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    names = {r["kernel"] for r in rows}
-    assert {"hold", "bump_floor", "alloc_fixed", "alloc_sized", "pair_fixed", "pair_sized",
-            "bump_fixed", "nrt_fixed", "nrt_sized", "step_scratch.path_scoped",
-            "step_scratch.path_alloc_free", "step_scratch.path_worst_case"} == names
+    by_name = {r["kernel"]: r for r in rows}
+    timed = {f"{role}_{v}" for role in ("floor", "alloc", "free", "pair", "nrt")
+             for v in ("thread", "warp")}
+    assert set(by_name) == timed | {"hold", "touch", "check", "step_scratch.path_scoped",
+                                    "step_scratch.path_alloc_free",
+                                    "step_scratch.path_worst_case"}
+    assert len(rows) == len(by_name)
     for r in rows:
         assert r["cc"] == [9, 0] and r["ptx_chars"] > 0
         # NRT (CUDA malloc) only where asked for; devalloc's kernels never use it.
         assert r["calls_nrt"] == r["kernel"].startswith("nrt_"), r
+    # The floor is one atomic per allocation, the write pass none, the check
+    # one (counting bad blocks); alloc and free are devalloc's own.
+    for v in ("thread", "warp"):
+        assert by_name[f"floor_{v}"]["atomics"] == 1
+        assert by_name[f"alloc_{v}"]["atomics"] > 1 and by_name[f"free_{v}"]["atomics"] > 1
+    assert (by_name["touch"]["atomics"], by_name["check"]["atomics"]) == (0, 1)
+
+
+def test_gpu_throughput_heaps_hold_one_iterations_live_set():
+    import gpu_throughput as G
+
+    # whole slabs of the class (16 B blocks: 1024 per page; 4 B rounds up to
+    # 16 B; 8 KiB: 2 per page), plus one partly filled slab per hint slot
+    assert G.heap_pages(10_000, 16) == 10 + L.HINT_SLOTS
+    assert G.heap_pages(10_000, 4) == G.heap_pages(10_000, 16)
+    assert G.heap_pages(1_000_000, 8192) == 500_000 + L.HINT_SLOTS
+    assert G.heap_pages(3, 3 * L.PAGE) == 9  # large blocks: whole pages each
+    for n, b in [(100_000, 4), (100_000, 1024), (1000, 8192)]:
+        cap = G.heap_capacity(n, b)
+        assert L.pages_for_capacity(cap) == G.heap_pages(n, b)
+        live = n * L.class_size(L.size_class(b))
+        assert live <= cap < 1.05 * live + (L.HINT_SLOTS + 1) * L.PAGE + 2**20
+
+
+def test_gpu_throughput_cli_defaults_and_quick():
+    import gpu_throughput as G
+
+    a = G.parse_args([])
+    assert a.iterations == 100 and a.variants == ["thread", "warp"]
+    assert a.sizes == [4 << k for k in range(12)] and a.sizes[-1] == 8192
+    assert a.threads == [10_000, 100_000, 1_000_000]
+    q = G.parse_args(["--quick", "--iterations", "7"])
+    assert q.iterations == 7  # given explicitly: wins over --quick
+    assert len(q.sizes) < len(a.sizes) and max(q.threads) <= 10_000
+    with pytest.raises(SystemExit):
+        G.parse_args(["--iterations", "0"])
 
 
 @simulator_only
 def test_gpu_throughput_measures_on_the_simulator_with_events_stubbed(monkeypatch):
     # The simulator's events record no time and it has no nanosleep: stub
-    # both, so the measuring and reporting code runs (not its timings).
+    # both. Each stub event notes how many kernels were launched when it was
+    # recorded, so every timed interval is checked to hold exactly one kernel
+    # and is given that kernel's (made-up) time: the first alloc and free of
+    # a row take 4 times longer (a "first touch"), and the figures derived
+    # from them are checked exactly.
     import _gpu_kernels as K
     import gpu_throughput as G
     from numba import cuda
 
-    fake_event = cuda.event
-    monkeypatch.setattr(cuda, "event", lambda timing=True: fake_event())
-    monkeypatch.setattr(cuda, "event_elapsed_time", lambda start, end: 1.0, raising=False)
+    ms = {"floor": 2.0, "alloc": 6.0, "free": 3.0, "pair": 10.0}
+    iterations = 3
+    launched, timed = [], []
+
+    class Spy:
+        def __init__(self, role, kern, n_at):
+            self.role, self.kern, self.n_at = role, kern, n_at
+
+        def __getitem__(self, config):
+            inner = self.kern[config]
+
+            def launch(*args):
+                if args[self.n_at] > 0:  # not the do-nothing launch that compiles
+                    launched.append(self.role)
+                return inner(*args)
+            return launch
+
+    class Event:
+        mark = None
+
+        def record(self, stream=0):
+            self.mark = len(launched)
+
+        def synchronize(self):
+            pass
+
+    def elapsed(start, end):
+        (role,) = launched[start.mark:end.mark]  # one kernel per timing
+        timed.append(role)
+        first = timed.count(role) % iterations == 1
+        return ms[role] * (4.0 if first and role in ("alloc", "free") else 1.0)
+
+    monkeypatch.setattr(cuda, "event", lambda timing=True: Event())
+    monkeypatch.setattr(cuda, "event_elapsed_time", elapsed, raising=False)
     monkeypatch.setattr(K, "hold", cuda.jit(lambda microseconds: None))
-    rows = G.measure_devalloc(G.EventTimer(cuda.stream(), runs=1, warmup=0), threads=[32])
-    assert [r["workload"] for r in rows] == [w for w, _ in G.WORKLOADS]
-    for r in rows:
-        assert (r["alloc_ms"], r["pair_ms"], r["floor_ms"]) == (1.0, 1.0, 1.0)
-        assert r["alloc_failed"] == r["pair_failed"] == 0
-    assert G.throughput_table(rows).count("\n") == 1 + len(rows)
+    for v in K.VARIANTS:
+        for role, n_at in (("floor", 2), ("alloc", 2), ("free", 1), ("pair", 2)):
+            monkeypatch.setitem(K.VARIANTS[v], role, Spy(role, K.VARIANTS[v][role], n_at))
+    monkeypatch.setattr(K, "touch", Spy("touch", K.touch, 2))
+    monkeypatch.setattr(K, "check", Spy("check", K.check, 2))
+
+    timer = G.EventTimer(cuda.stream(), runs=1, warmup=0)
+    configs = [("thread", 64, 4), ("thread", 64, 8192), ("warp", 3, 16), ("warp", 3, 8192)]
+    rows = []
+    for v, n, b in configs:
+        launched.clear()
+        rows.append(G.measure_config(timer, v, n, b, iterations))
+        # alloc and free timed apart, the write and check untimed between them
+        assert launched == (["floor", "alloc", "touch", "check", "free"] * iterations
+                            + ["pair"] * iterations)
+    for (v, n, b), r in zip(configs, rows):
+        # no reset between iterations: the heap's counts span all of them
+        assert (r["done_allocs"], r["done_frees"]) == (iterations * n, iterations * n)
+        assert r["live_blocks"] == r["failed"] == r["pair_failed"] == r["bad_blocks"] == 0
+        assert r["invalid_frees"] == 0
+        assert r["floor_bytes"] == iterations * n * b  # one add per allocation
+        assert 0 < r["peak"] <= G.heap_pages(n, b) * L.PAGE
+        s = G.summarize(r)
+        assert s["ms"]["alloc"] == (12.0, 6.0) and s["ms"]["free"] == (6.0, 3.0)
+        assert s["ratio"] == {"alloc": (3.0, 6.0), "free": (1.5, 3.0), "pair": (5.0, 5.0)}
+        assert s["first"] == {"alloc": 4.0, "free": 4.0}
+    table = G.throughput_table(rows)
+    assert table.count("\n") == 1 + len(rows) and table.count("| 3.00 (6.00) |") == len(rows)
+    assert "4.00 to 4.00 times" in G.first_touch_note(rows)
+
+    monkeypatch.setattr(G, "_free_memory", lambda: 0)  # no room: skipped, and said so
+    skipped = G.measure_config(timer, "thread", 64, 4, iterations)
+    assert "skipped" in skipped and "times" not in skipped
+    assert "skipped: heap of" in G.throughput_table([skipped])
+
+
+@simulator_only
+def test_gpu_throughput_check_counts_overlapping_blocks():
+    # The untimed check must be able to fail: two allocations given the same
+    # block write different indices into it, so one of them reads back
+    # another's.
+    import _gpu_kernels as K
+    from numba import cuda
+
+    import devalloc
+
+    heap = devalloc.Heap(1 << 20)
+    offs = cuda.device_array(2, np.int64)
+    K.alloc_thread[1, 32](heap.ctx, 64, 1, offs)
+    offs.copy_to_device(np.array([offs.copy_to_host()[0]] * 2))
+    bad = cuda.to_device(np.zeros(1, np.int64))
+    K.touch[1, 32](heap.ctx, 64, 2, offs)
+    K.check[1, 32](heap.ctx, 64, 2, offs, bad)
+    assert bad.copy_to_host()[0] >= 1
+    heap.close()
 
 
 def test_profiled_workload_counts_what_it_did():
