@@ -75,7 +75,8 @@ step, worst-case preallocation) at 100K threads.
 **Heaps** hold one iteration's whole live set at once (on a GPU all blocks
 may be live together): ``n`` blocks of the size's class, in whole slabs
 (``layout.class_blocks`` per page), plus one partly filled slab per hint
-slot (``layout.HINT_SLOTS``: that many slabs of a class fill side by side);
+slot a class may spread over under contention (at most
+``layout.HINT_SLOTS``: that many slabs of a class fill side by side);
 sizes over 8 KiB take whole pages each. The survey gave every manager 8 GiB
 whatever the workload. A heap that does not fit in 90 % of the device's free
 memory is skipped and reported as such. ``peak`` is the heap's high-water
@@ -148,10 +149,10 @@ def heap_pages(n, nbytes):
     """Return the pages a heap needs for ``n`` live blocks of ``nbytes`` at once.
 
     Small blocks: the live set in whole slabs of the size's class, plus one
-    partly filled slab per hint slot (that many slabs of one class fill side
-    by side). With fewer pages every allocation still succeeds (a scan finds
-    any free block), but the last ones scan the heap. Large blocks (over
-    ``MAX_SMALL``): whole pages each.
+    partly filled slab per hint slot a class may spread over (at most
+    HINT_SLOTS slabs of one class fill side by side). With fewer pages every
+    allocation still succeeds (the page index finds any slab with room).
+    Large blocks (over ``MAX_SMALL``): whole pages each.
     """
     from devalloc import layout as L
 
@@ -161,7 +162,7 @@ def heap_pages(n, nbytes):
 
 
 def heap_capacity(n, nbytes):
-    """Return the capacity of a heap of :func:`heap_pages` pages, metadata included."""
+    """Return the capacity of a heap of :func:`heap_pages` pages (metadata beside it)."""
     from devalloc import layout as L
 
     return L.capacity_for_pages(heap_pages(n, nbytes))
