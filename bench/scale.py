@@ -16,7 +16,13 @@ count that should stay at its ideal:
   threads), allocate 16 B each on an idle ``SPREAD_PAGES``-page heap
   (converged warps, the simulator's "warp" mode);
 * **small heap**: the share of a ``SMALL_HEAP``-byte heap's requested
-  capacity that 16 B blocks fill.
+  capacity that 16 B blocks fill;
+* **contention**: ``CONTEND_THREADS`` lone lanes (the simulator's "single"
+  mode: no warp aggregation, the worst case) each alloc/free 16 B
+  ``CONTEND_ROUNDS`` times with a thread switch every 20 us, on a heap whose
+  spread may widen to ``CONTEND_SPREAD`` slots and on one held to a single
+  slot: the class's spread at the end, the lost ``cas`` per allocation and
+  the pages held at the peak (profile counters).
 
 Times are medians of ``--repeats`` launches, as ratios within one run (the
 machine's speed cancels); each launch on the simulator also pays a fixed
@@ -56,6 +62,10 @@ RACE_HEAP = 1 << 20
 RACE_RUNS = 5
 SPREAD_PAGES = 2048
 SMALL_HEAP = 128 << 10
+CONTEND_THREADS = 64
+CONTEND_ROUNDS = 20
+CONTEND_SPREAD = 8
+CONTEND_PAGES = 2048
 REPEATS = 15
 #: Seconds between interpreter thread switches in the racing runs.
 SWITCH_INTERVAL = 2e-5
@@ -188,6 +198,24 @@ def small_heap(capacity=SMALL_HEAP, nbytes=16):
     return int(counts.copy_to_host().sum()) * nbytes, capacity, heap.capacity
 
 
+def contention(spread, threads=CONTEND_THREADS, rounds=CONTEND_ROUNDS, npages=CONTEND_PAGES):
+    """Return (slots in use, lost cas per alloc, peak pages) of a 16 B churn."""
+    heap = devalloc.Heap(L.capacity_for_pages(npages), profile=True, spread=spread)
+    nulls = cuda.to_device(np.zeros(threads, np.int64))
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    try:
+        with warp.simulate("single"):
+            churn[1, threads](heap.ctx, 16, rounds, nulls)
+    finally:
+        sys.setswitchinterval(old)
+    u = heap.usage()
+    assert u.failed == 0 and u.live_blocks == 0
+    meta = heap.ctx.meta.copy_to_host()
+    slots = 1 << int(meta[L.spread_word(L.size_class(16))])
+    return slots, u.profile["cas_retries"] / u.allocs, u.peak // L.PAGE
+
+
 def measure(repeats=REPEATS):
     (ts, _), (tb, _) = [large_time(n, repeats) for n in LARGE_PAGES]
     (fs, served_s), (fb, served_b) = [failing_time(n, repeats) for n in FAIL_PAGES]
@@ -195,6 +223,7 @@ def measure(repeats=REPEATS):
     return {
         "large": (ts, tb), "failing": (fs, fb), "racing": racing(),
         "spread": spread(), "small": small_heap(),
+        "contention": [contention(s) for s in (CONTEND_SPREAD, 1)],
     }
 
 
@@ -219,13 +248,18 @@ def section(r, repeats):
         [f"{SMALL_HEAP >> 10} KiB heap filled with 16 B blocks", f"{100 * served / asked:.1f} %",
          f"{served} B served, heap.capacity {cap} B"],
     ]
+    for (slots, lost, peak), bound in zip(r["contention"], (CONTEND_SPREAD, 1)):
+        rows.append([f"{CONTEND_THREADS} lone lanes x {CONTEND_ROUNDS} alloc/free of 16 B, "
+                     f"spread up to {bound}: slots in use / lost cas per alloc / peak pages",
+                     f"{slots} / {lost:.2f} / {peak}", ""])
     lines = header("Scaling with the heap and the load (simulator)", COMMAND,
                    simulator_environment())
     lines += [
         f"Issue 14's measurements. Times: medians of {repeats} launches of one thread, "
         "as ratios within one run (each includes the simulator's fixed launch cost). "
-        "Racing: one block, a thread switch every 20 us. Spread: converged warps "
-        "(\"warp\" mode) on an idle heap.",
+        "Racing and contention: one block, a thread switch every 20 us. Spread: "
+        "converged warps (\"warp\" mode) on an idle heap. Contention: lone lanes "
+        "(\"single\" mode), spread bound set with `Heap(spread=)`.",
         "",
         markdown_table(cols, rows),
     ]

@@ -137,6 +137,7 @@ def _with_machine(scenario, result, overrides, body):
     """Run ``body(machine)`` with the device code installed; fill in and
     return ``result`` (the access sites executed, the time taken)."""
     t0 = time.perf_counter()
+    overrides = {**dict(scenario.constants), **dict(overrides or {})}
     with installed(overrides):
         m = Machine(scenario)
         try:

@@ -119,6 +119,14 @@ class Scenario:
     #: Every allocation must be served: the programs never ask for more
     #: than the heap holds at once, whatever the interleaving.
     no_nulls: bool = False
+    #: The heap's spread bound (H_SPREAD_MAX, log2 of hint slots per class)
+    #: and every class's spread at the start (log2 of its slots in use).
+    spread_max: int = 0
+    preset_spread: int = 0
+    #: Module constants replaced while this scenario runs, as (name, value)
+    #: pairs, e.g. ("SLAB_TRIES", 1): a contended slab given up after one
+    #: lost ``cas``, which two threads reach in a few steps.
+    constants: tuple = ()
 
     def __post_init__(self):
         for k, t in enumerate(self.threads):
@@ -448,7 +456,9 @@ def installed(overrides=None):
     (a plain function, e.g. from
     :mod:`devalloc.testing.broken`) replaces ``name`` wherever it is a global,
     rebound to the globals of the module that defines ``name`` (so it sees
-    what the function it replaces sees). Yields the fake module. One at a time.
+    what the function it replaces sees); an override that is not a function
+    (a module constant such as ``SLAB_TRIES``) is set as it is. Yields the
+    fake module. One at a time.
     """
     overrides = dict(overrides or {})
     ordered = _ordered_stand_ins()
@@ -465,7 +475,9 @@ def installed(overrides=None):
         for mod in device_modules():
             for name in overrides:
                 v = mod.__dict__.get(name)
-                if _is_dispatcher(v) and v.py_func.__module__ == mod.__name__:
+                if not callable(overrides[name]):
+                    home[name] = overrides[name]
+                elif _is_dispatcher(v) and v.py_func.__module__ == mod.__name__:
                     home[name] = rebind(overrides[name], mod)
         for mod in device_modules():
             g = mod.__dict__
@@ -488,7 +500,7 @@ def installed(overrides=None):
                 elif isinstance(v, numba_types.Integer):
                     new = getattr(np, v.name)
                 if name in overrides:
-                    new = home.get(name) or rebind(overrides[name], mod)
+                    new = home[name] if name in home else rebind(overrides[name], mod)
                 if new is not None:
                     saved.append((g, name, v))
                     g[name] = new
@@ -722,6 +734,9 @@ class Machine:
         for p in range(self.npages):
             self.meta.words[L.STATE_BASE + p] = L.pack_state(L.TAG_FREE, 0, preset)
         at = L.free_tree(self.npages)  # every page free, as Heap sets it
+        self.meta.words[L.H_SPREAD_MAX] = self.scenario.spread_max
+        for c in range(L.NCLASSES):
+            self.meta.words[L.spread_word(c)] = self.scenario.preset_spread
         self.meta.words[at:at + L.tree_words(self.npages)] = free_index_template(self.npages).tolist()
         if self._digest0 is None:  # every run starts from the same words
             self.meta.rehash()

@@ -20,7 +20,7 @@ two-page heap; ``preset_count`` starts pages just below a count fold. The
 page index (free pages, each class's slabs with room) is exercised by
 every scenario; ``large_one_run`` (no allocation may fail),
 ``slab_vs_large_one_page`` and ``index_two_words`` (index words with a count
-above them) aim at it.
+above them) aim at it; ``spread_widen`` at the adaptive spread.
 
 :func:`bounds` reads ``DEVALLOC_EXPLORE_DEEP``: unset or ``0`` gives the CI
 bounds, anything else the deep ones (an hour of CPU rather than a minute).
@@ -159,6 +159,14 @@ EXHAUSTIVE = (
         _t(0, 0, (A, 16), (F, 0)),
         _t(1, 0, (A, 20000), (F, 0)),
     )),
+    # The adaptive spread: warps of two blocks (two warps) allocate one class
+    # on a two-page heap whose spread may widen once; a slab is given up
+    # after one lost cas (SLAB_TRIES = 1, so two threads reach it), which
+    # widens the class, and the warps' own slots then name their own slabs.
+    Scenario("spread_widen", 2, (
+        _t(0, 0, (A, 16), (A, 16), (F, 0), (F, 1)),
+        _t(1, 0, (A, 16), (A, 16), (F, 0)),
+    ), spread_max=1, constants=(("SLAB_TRIES", 1),)),
 )
 
 PCT = (
