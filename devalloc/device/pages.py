@@ -19,7 +19,7 @@ docs/correctness.md.
 from numba import cuda, int32, int64, uint32
 
 from .. import layout as L
-from ._meta import (RETRIES, _acquire_cas, _at, _fence_acq_rel, _fold, _load,
+from ._meta import (RETRIES, _acquire_cas, _at, _fence_acq_rel, _fold, _lo32, _load,
                     _note_fold, _opaque, _pages_changed, _pcount, _ptally)
 from .index import _index_clear, _index_find, _index_set
 
@@ -232,9 +232,8 @@ def _find_run(meta, npages, k, limit):
     """
     kk = uint32(k)
     lim = uint32(limit)
-    if lim == 0:
-        return int32(-1)
-    first = int32((lim - uint32(1)) >> L.WORD_SHIFT)
+    # limit 0 (a lost page 0): first is past every word, and nothing is found.
+    first = int32(_lo32(int64(lim) - 1) >> L.WORD_SHIFT)
     w = first
     if lim == uint32(npages):
         w = int32(-1)  # the whole index, from its top word down
