@@ -15,9 +15,9 @@ from numba import cuda, int64
 from .. import layout as L
 from ..device import warp
 from ..device._meta import _pages_changed, _pcount
-from ..device.index import _index_clear, _index_set
+from ..device.index import _index_set
 from ..device.pages import _alloc_pages, _free_pages
-from ..device.slab import _find, _release_slots, _room_set
+from ..device.slab import _find, _release_slots
 
 
 def take_bits_check_then_clear(meta, widx, pick):
@@ -60,12 +60,11 @@ def retire_plain_store(meta, npages, p, s, prof):
     idx = L.STATE_BASE + p
     _pages_changed(meta, -1)
     meta[idx] = (s & L.COUNT_MASK) | L.TAG_RETIRING  # BUG: plain store, no cas
-    _index_clear(meta, L.room_tree(npages, (s & L.TAG_MASK) - 1), npages, p >> 5, 1 << (p & 31))
     base = L.bits_base(npages) + p * L.BITMAP_WORDS
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) // L.BITS_PER_WORD):
         meta[base + w] = 0
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
-    _index_set(meta, L.free_tree(npages), npages, p >> 5, 1 << (p & 31))
+    _index_set(meta, L.free_tree(npages), npages, p >> 5, int64(1) << (p & 31))
     return 1
 
 
@@ -80,10 +79,9 @@ def retire_keeping_bits(meta, npages, p, s, prof):
     if cuda.atomic.cas(meta, idx, s, (s & L.COUNT_MASK) | L.TAG_RETIRING) != s:
         _pages_changed(meta, 1)
         return 0
-    _index_clear(meta, L.room_tree(npages, (s & L.TAG_MASK) - 1), npages, p >> 5, 1 << (p & 31))
     # BUG: the bitmap words below the cursor are not cleared
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
-    _index_set(meta, L.free_tree(npages), npages, p >> 5, 1 << (p & 31))
+    _index_set(meta, L.free_tree(npages), npages, p >> 5, int64(1) << (p & 31))
     return 1
 
 
@@ -111,10 +109,8 @@ def reserve_plain_update(meta, npages, p, c, want, prof):
         return 0
     meta[idx] = new  # BUG: plain read-modify-write
     if t == L.TAG_FREE:
-        if got < cap:
-            _room_set(meta, npages, c, p)
-        _index_clear(meta, L.free_tree(npages), npages, p >> 5, 1 << (p & 31))
         _pages_changed(meta, 1)
+        return L.bump_grant(p, first, got) | L.GRANT_TOOK  # _find updates the index
     return L.bump_grant(p, first, got)
 
 
