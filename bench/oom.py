@@ -10,11 +10,11 @@ must reach every ``alloc`` together, so every thread keeps calling until a
 round of calls in which no thread of the block was served; a lane that got
 NULL earlier calls again (and gets NULL again in a full heap).
 
-The simulator is slow, so the heaps are small (``FILL_PAGES``); the fixed
-metadata (a header of ``layout.HEADER_BYTES``) weighs more in a small heap,
-so percentage (a) grows with the heap. :func:`arithmetic` gives the exact
-figure for a 1 GiB heap from :mod:`devalloc.layout` (arena share times the
-share of a slab that blocks of that size fill).
+The simulator is slow, so the heaps are small (``FILL_PAGES``). A heap's
+capacity is its arena (the metadata is allocated beside it: issue 14), so
+percentage (a) does not depend on the heap's size. :func:`arithmetic` gives
+the exact figure for a 1 GiB heap from :mod:`devalloc.layout` (arena share
+times the share of a slab that blocks of that size fill).
 
 **Fragmentation**: rounds in which a random half of the threads free their
 block (if any) and allocate a new one of a random size, writing its first
@@ -203,7 +203,8 @@ def fill_section(fills):
         "",
         markdown_table(cols, rows),
         "",
-        "The same, exact arithmetic for a heap of 1 GiB (`devalloc.layout`):",
+        "The same, exact arithmetic for a heap of 1 GiB (`devalloc.layout`; its "
+        f"metadata, {L.meta_bytes(L.pages_for_capacity(1 << 30)):,} B, lies beside it):",
         "",
         markdown_table(ar_cols, ar_rows),
     ]
