@@ -121,8 +121,8 @@ def _reserve(meta, npages, p, c, want, prof):
     cursor while it has unbumped blocks (one ``cas`` on the state word raises
     live, cursor and count together: that ``cas`` is the whole allocation),
     else from its freed blocks: one ``cas`` reserves as many slots as the
-    bits picked from one bitmap word, then one ``and`` takes those bits (the
-    bits it did not get are given back as undone reservations).
+    bits picked from one bitmap word (the caller's ``and`` takes the bits,
+    :func:`_settle`).
 
     A free page is claimed by the ``cas`` (two threads taking one page meet
     there: the loser finds the slab and takes blocks of it); the caller then
@@ -196,8 +196,8 @@ def _reserve(meta, npages, p, c, want, prof):
 def _took_page(meta, npages, c, g):
     """Update the page index for grant ``g``, whose ``cas`` took a free page.
 
-    Who calls: ``_find``/``_search``, on a grant with GRANT_TOOK, before
-    returning it. A slot being left, the class's room index marks the page;
+    Who calls: :func:`_find`, on a grant with GRANT_TOOK, before returning
+    it. A slot being left, the class's room index marks the page;
     then it leaves the free-page index (marking first: a search that no
     longer finds the page free finds its mark). Atomics: the room mark's
     ``or`` (and counts), the free-page index's ``and`` (and counts).
@@ -226,9 +226,10 @@ def _release_slots(meta, npages, p, k, undo, c, prof):
     """Give back ``k`` slots of the slab on page ``p``; retire it when empty.
 
     ``undo`` counts the slots as reservations that were never used (not
-    frees); ``c`` is the slab's class (its blocks pin it: it cannot change). Atomics: one ``add`` on the state word; when the slab became
-    empty, :func:`_retire`; when it was full (and was not retired), the room
-    mark (:func:`_room_set`).
+    frees); ``c`` is the slab's class (its blocks pin it: it cannot change).
+    Atomics: one ``add`` on the state word; when the slab became empty,
+    :func:`_retire`; when it was full (and was not retired), the room mark
+    (:func:`_room_set`).
     """
     idx = L.state_word(p)
     # State word: add never fails, so giving slots back never spins.
@@ -254,10 +255,10 @@ def _retire(meta, npages, p, s, prof):
     freer's and reuser's bitmap access came before its release ``add`` on
     this word); relaxed stores clearing the bitmap words below the cursor
     (every block there was freed, so every bit there is set); one release
-    ``exch`` to FREE (the cleared bitmap before the page is free). While
-    RETIRING, the page leaves its class's room index; once FREE, it enters
-    the free-page index (``and``, ``or`` and their counts). The pages-used
-    ``add`` before, and back if the ``cas`` fails.
+    ``exch`` to FREE (the cleared bitmap before the page is free); once
+    FREE, it enters the free-page index (``or`` and counts). Its room mark
+    stays, stale (docs/correctness.md, "Page index"). The pages-used ``add``
+    before, and back if the ``cas`` fails.
     """
     idx = L.state_word(p)
     npages = _opaque(npages)  # what derives from it is computed here, not kept live
