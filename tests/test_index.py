@@ -110,7 +110,7 @@ def test_a_heap_reset_starts_with_every_page_free_in_the_index():
 @pytest.mark.usefixtures("fine_interleaving")
 def test_racing_large_claims_leave_room_for_every_thread():
     # 4 threads each allocate and free a 200,000 B block (13 pages) 25
-    # times in a 1 MiB heap (62 pages: room for all four at once). A claim
+    # times in a 1 MiB heap (64 pages: room for all four at once). A claim
     # that loses a race finds the others in the index and takes another
     # run: no NULL (7 to 29 over 5 runs before the index).
     for _ in range(5):
@@ -120,3 +120,49 @@ def test_racing_large_claims_leave_room_for_every_thread():
         u = heap.usage()
         assert u.failed == int(nulls.copy_to_host().sum()) == 0
         assert (u.allocs, u.frees, u.reserved) == (100, 100, 0)
+
+
+# ------------------------------------------------------------ adaptive spread
+
+
+def test_spread_argument_is_checked_and_bounds_the_heap():
+    for bad in (0, -3):
+        with pytest.raises(ValueError, match="spread= must be at least 1"):
+            devalloc.Heap(L.capacity_for_pages(64), spread=bad)
+    for bad in (1.5, "8", True):
+        with pytest.raises(TypeError, match="spread= must be a positive integer"):
+            devalloc.Heap(L.capacity_for_pages(64), spread=bad)
+    # Rounded up to a power of two, one slot per PAGES_PER_SLOT pages at most.
+    assert devalloc.Heap(L.capacity_for_pages(4096), spread=6).spread == 8
+    assert devalloc.Heap(L.capacity_for_pages(64), spread=100).spread == 2
+    assert devalloc.Heap(L.capacity_for_pages(8), spread=100).spread == 1
+    heap = devalloc.Heap(L.capacity_for_pages(4096), spread=16)
+    meta = heap.ctx.meta.copy_to_host()
+    assert meta[L.H_SPREAD_MAX] == 4  # log2, written at reset
+    heap.reset()
+    assert heap.ctx.meta.copy_to_host()[L.H_SPREAD_MAX] == 4
+
+
+@simulator_only
+@pytest.mark.usefixtures("fine_interleaving")
+def test_contention_widens_the_spread_and_a_calm_heap_stays_at_one_slot():
+    c = L.size_class(16)
+    calm = devalloc.Heap(L.capacity_for_pages(512), spread=8, profile=True)
+    offs = cuda.to_device(np.full(64, NULL, np.int64))
+    alloc_many[1, 1](calm.ctx, 16, offs)  # one thread: nobody to lose a cas to
+    assert calm.ctx.meta.copy_to_host()[L.spread_word(c)] == 0
+    assert calm.usage().profile["spread_widened"] == 0
+    assert calm.usage().reserved == L.PAGE
+    # 64 lone lanes churning one class on one slab: leaders give up after
+    # SLAB_TRIES lost cas and widen the class (up to 8 slots here).
+    for _ in range(3):  # an interleaving with 4 lost cas in a row, on some run
+        heap = devalloc.Heap(L.capacity_for_pages(512), spread=8, profile=True)
+        nulls = cuda.to_device(np.zeros(64, np.int64))
+        churn[1, 64](heap.ctx, 16, 20, nulls)
+        u = heap.usage()
+        assert u.failed == 0 and u.live_blocks == 0
+        e = int(heap.ctx.meta.copy_to_host()[L.spread_word(c)])
+        assert 0 <= e <= 3 and u.profile["spread_widened"] == e
+        if e > 0:
+            break
+    assert e > 0, "no run widened the spread"
