@@ -235,7 +235,7 @@ def slab_cursor(s):
 #   [room_tree(npages, c), + tree_words(npages))
 #                                              class c's room index, c < NCLASSES
 # Everything is zero after a reset but the free-page index, which starts
-# with every page free (free_tree_init).
+# with every page free (free_tree_init), and H_SPREAD_MAX.
 #: Pages currently held by slabs and large blocks.
 H_PAGES_USED = 0
 #: High-water mark of H_PAGES_USED since the last reset.
@@ -341,9 +341,8 @@ def meta_bytes(npages):
 # A heap's capacity counts its arena only: whole pages, what kernels can be
 # served. The metadata is allocated beside it (meta_bytes: a 37 KiB header
 # and about 1.7 % of the arena, mostly bitmaps), so a small heap loses no
-# page to it. A heap
-# built inside a ``memory=`` buffer has nowhere else to put it: there the
-# buffer holds both (pages_for_memory).
+# page to it. A heap built inside a ``memory=`` buffer has nowhere else to
+# put it: there the buffer holds both (pages_for_memory).
 
 
 @register_jitable
