@@ -57,6 +57,19 @@ def assert_same_usage(got, want):
     assert got.classes == want.classes
 
 
+def assert_usage_under_contention(got, want, extra_pages):
+    """``want`` but for the pages held: a leader that loses SLAB_TRIES
+    ``cas`` in a row passes its slab over for another (issue 14), so racing
+    threads may hold up to ``extra_pages`` more slabs than a serial run."""
+    held = dataclasses.replace(got, reserved=want.reserved, peak=want.peak)
+    assert held == want
+    for name in ("reserved", "peak"):
+        extra = getattr(got, name) - getattr(want, name)
+        assert 0 <= extra <= extra_pages * L.PAGE and extra % L.PAGE == 0, (name, got, want)
+    assert {c: u.blocks_live for c, u in got.classes.items()} == {
+        c: u.blocks_live for c, u in want.classes.items()}
+
+
 def check_offsets(heap, offs, sizes):
     """Every offset is live-able: a multiple of ALIGN, inside the arena."""
     offs = np.asarray(offs, np.int64)
@@ -696,8 +709,10 @@ def test_two_heaps_in_one_kernel():
     check_offsets(hb, offs_b, [nb] * 32)
     check_disjoint(offs_a[::2], [na] * 16)
     check_disjoint(offs_b, [nb] * 32)
-    assert_same_usage(ha.usage(), expected_usage(ha, [na] * 16))
-    assert_same_usage(hb.usage(), expected_usage(hb, [nb] * 32))
+    # 16 and 32 threads racing for one class's slab: a thread may pass a
+    # contended slab over for a new one (at most one per thread).
+    assert_usage_under_contention(ha.usage(), expected_usage(ha, [na] * 16), 15)
+    assert_usage_under_contention(hb.usage(), expected_usage(hb, [nb] * 32), 31)
     # The bytes landed in each heap's own arena.
     arena_a = ha.ctx.arena.copy_to_host()
     for i in range(0, 32, 2):
