@@ -23,7 +23,7 @@ def _apply(kind, old, a, b):
     return machine._apply(kind, old, a, b)
 
 
-class CountingMeta:
+class CountingMeta(machine.WordArray):
     """The ``int64`` metadata as a list, counting every access (no scheduling)."""
 
     def __init__(self, words):
@@ -31,15 +31,6 @@ class CountingMeta:
         self.shape = (len(self.words),)
         self.kinds = Counter()
         self.touched = set()
-
-    def __len__(self):
-        return len(self.words)
-
-    def __getitem__(self, i):
-        return self.access("load", i)
-
-    def __setitem__(self, i, v):
-        self.access("store", i, v)
 
     def access(self, kind, i, a=None, b=None):
         i = int(i)

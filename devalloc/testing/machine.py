@@ -311,7 +311,23 @@ def _word_hash(i, v):
     return hash((i, v)) & _MASK64, hash((v, i, 0x9E3779B9)) & _MASK64
 
 
-class SharedMeta:
+class WordArray:
+    """An ``int64`` metadata array whose every element access is a method
+    call: ``meta[i]`` is ``access("load", i)``, ``meta[i] = v`` is
+    ``access("store", i, v)``; atomics call ``access`` too. Subclasses
+    define ``words`` and ``access``."""
+
+    def __len__(self):
+        return len(self.words)
+
+    def __getitem__(self, i):
+        return self.access("load", i)
+
+    def __setitem__(self, i, v):
+        self.access("store", i, v)
+
+
+class SharedMeta(WordArray):
     """The ``int64`` metadata as explored code sees it: every access a step."""
 
     def __init__(self, machine, nwords):
@@ -330,15 +346,6 @@ class SharedMeta:
                 a ^= ha
                 b ^= hb
         self.digest = (a, b)
-
-    def __len__(self):
-        return len(self.words)
-
-    def __getitem__(self, i):
-        return self.access("load", i)
-
-    def __setitem__(self, i, v):
-        self.access("store", i, v)
 
     def access(self, kind, i, a=None, b=None):
         """Make one access as the calling logical thread (a scheduling point)."""
