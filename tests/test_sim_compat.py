@@ -94,6 +94,9 @@ MOVES = {
     "swap": (lambda mp: mp.setattr(kernelapi, "swapped_cuda_module", _plain_swap),
              "gives a module its real cuda back while another thread still runs",
              "every device function"),
+    "kernel_context": (lambda mp: mp.delattr(kernel, "_kernel_context"),
+                       "numba.cuda.simulator.kernel has no _kernel_context",
+                       "devalloc.sim.launch"),
     "device_array": (lambda mp: mp.delattr(cuda.devicearray, "FakeCUDAArray"),
                      "numba.cuda.devicearray.FakeCUDAArray is gone", "Heap(memory=...)"),
 }

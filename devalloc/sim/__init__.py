@@ -44,6 +44,9 @@ def install():
         )
     for name in LOCK_NAMES:
         setattr(kernelapi, name, ATOMIC_LOCK)
+    from . import launch
+
+    launch.install()  # launches without a convoy of a block's threads
     return True
 
 

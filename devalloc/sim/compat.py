@@ -4,7 +4,8 @@ devalloc reads a few things numba-cuda does not document: on the CUDA
 simulator, the atomic locks and atomic methods (the one-lock shim and
 ``count_atomics``), the attributes of a block's threads (the warp
 rendezvous), the swap of a module's ``cuda`` for the simulator's while any
-thread runs a device function of it, its device array class
+thread runs a device function of it, the kernel call and the launch's
+simulated module (the fast launches of :mod:`.launch`), its device array class
 (``Heap(memory=...)``) and device functions' ``py_func`` (the interleaving
 explorer); on the real CUDA target, the name through which the compiler
 asks for the current device (:func:`devalloc.aot.assume_device`) and the
@@ -200,6 +201,29 @@ def _probe_swap():
     return problems
 
 
+def _probe_launch():
+    # What devalloc.sim.launch wraps and reads: the kernel call, the launch's
+    # simulated module, and the per-call swap it replaces inside a launch.
+    kernel = importlib.import_module("numba.cuda.simulator.kernel")
+    problems = []
+    cls = getattr(kernel, "FakeCUDAKernel", None)
+    if cls is None:
+        return ["numba.cuda.simulator.kernel has no FakeCUDAKernel"]
+    call = getattr(cls.__call__, "__wrapped__", cls.__call__)
+    read = _globals_read(call.__code__)
+    for name in ("swapped_cuda_module", "_kernel_context", "_push_kernel_context"):
+        if name not in read:
+            problems.append(f"FakeCUDAKernel.__call__ no longer reads {name}")
+    if not hasattr(kernel, "_kernel_context"):
+        problems.append("numba.cuda.simulator.kernel has no _kernel_context "
+                        "(the launch's simulated cuda module)")
+    k = cls(lambda: None, device=True)
+    for attr in ("fn", "_device"):
+        if not hasattr(k, attr):
+            problems.append(f"FakeCUDAKernel has no {attr}")
+    return problems
+
+
 def _probe_device_array():
     import numpy as np
     from numba import cuda
@@ -274,6 +298,10 @@ NEEDS = (
          "the simulator's while any thread runs a function of it",
          "every device function, run by a block's threads at once", "simulator",
          _probe_swap),
+    Need("numba.cuda.simulator.kernel.FakeCUDAKernel.__call__ (fn, _device, "
+         "swapped_cuda_module) and kernel._kernel_context",
+         "devalloc.sim.launch: simulated launches without a convoy", "simulator",
+         _probe_launch),
     Need("numba.cuda.devicearray.FakeCUDAArray and its NumPy array _ary",
          "Heap(memory=...) on the simulator", "simulator",
          _probe_device_array),
