@@ -14,7 +14,9 @@ report registers, spill bytes and SASS instruction counts.
 """
 
 import contextlib
+import hashlib
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -59,13 +61,107 @@ def compile_ptx(pyfunc, sig, cc=(9, 0), **kwargs):
 
     Works without a GPU. Pass ``devalloc.ctx_type`` in ``sig`` for a heap
     context argument. Returns ``(ptx, resty)`` like ``numba.cuda.compile_ptx``.
+    With ``$DEVALLOC_PTX_CACHE`` set, a compilation already made with the
+    same sources is read from that folder (:data:`PTX_CACHE_ENV`).
     """
     from . import _load
 
     _load()  # register alloc/free's overloads before Numba types the kernel
     func = getattr(pyfunc, "py_func", pyfunc)
+    folder = os.environ.get(PTX_CACHE_ENV)
+    key = _cache_key(func, sig, cc, kwargs) if folder else None
+    if key is not None:
+        hit = _cache_get(folder, key)
+        if hit is not None:
+            return hit
     with assume_device(cc):
-        return cuda.compile_ptx(func, sig, cc=tuple(cc), **kwargs)
+        result = cuda.compile_ptx(func, sig, cc=tuple(cc), **kwargs)
+    if key is not None:
+        _cache_put(folder, key, result)
+    return result
+
+
+#: Environment variable naming a folder where :func:`compile_ptx` keeps what
+#: it compiled, for every process that names the same folder. Unset: no
+#: cache. The test session sets one of its own (tests/conftest.py), so that
+#: a kernel compiled by several test files (in their subprocesses, on any
+#: pytest-xdist worker) is compiled once per session.
+PTX_CACHE_ENV = "DEVALLOC_PTX_CACHE"
+
+_SOURCES = {}  # folder -> hash of its .py files, once per process
+
+
+def _sources_hash(folder, recursive=False):
+    folder = Path(folder)
+    if folder not in _SOURCES:
+        h = hashlib.sha256()
+        for f in sorted(folder.rglob("*.py") if recursive else folder.glob("*.py")):
+            h.update(str(f.relative_to(folder)).encode() + b"\0" + f.read_bytes())
+        _SOURCES[folder] = h.hexdigest()
+    return _SOURCES[folder]
+
+
+def _cache_key(func, sig, cc, kwargs):
+    """Return the cache key of a compilation, or None when it must not be cached.
+
+    The key covers what the PTX depends on: this Python environment (its
+    numba, numba-cuda and NVVM), the compute capability, the signature and
+    options, the kernel's name and code, and every source file of devalloc
+    and of the kernel's folder (the device functions it may call). Kernels
+    without a source file (typed at a prompt, ``python -c``) or closing
+    over anything but plain constants are not cached.
+    """
+    import inspect
+
+    from numba import __version__ as numba_version
+
+    try:
+        source = inspect.getsourcefile(func)
+    except TypeError:
+        return None
+    if not source or not os.path.isfile(source):
+        return None
+    for cell in func.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            return None
+        if not isinstance(value, (int, float, str, bytes, bool, type(None))):
+            return None
+    try:
+        from importlib.metadata import version
+
+        numba_cuda = version("numba-cuda")
+    except Exception:
+        return None
+    parts = [sys.prefix, sys.version, numba_version, numba_cuda, repr(tuple(cc)), repr(sig),
+             repr(sorted(kwargs.items())), func.__module__, func.__qualname__,
+             repr([c.cell_contents for c in func.__closure__ or ()]),
+             _sources_hash(Path(__file__).parent, recursive=True),
+             _sources_hash(Path(source).parent)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _cache_get(folder, key):
+    try:
+        with open(Path(folder) / f"{key}.pickle", "rb") as f:
+            return pickle.load(f)
+    except Exception:  # absent, half-written by no one (written whole), unreadable
+        return None
+
+
+def _cache_put(folder, key, result):
+    # Written to a file of its own, then renamed: a reader sees all or nothing,
+    # and two processes writing the same key write the same bytes.
+    try:
+        data = pickle.dumps(result)
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, Path(folder) / f"{key}.pickle")
+    except Exception:  # an unpicklable type, a full disk: compile next time
+        pass
 
 
 def _wheel_bin(tool):

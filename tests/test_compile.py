@@ -34,6 +34,34 @@ def probe_result():
     return result
 
 
+QUICK_SM90 = """
+import json
+from devalloc import probes
+names = ("empty", "alloc", "free", "alloc_view_free")
+print(json.dumps(probes.measure(((9, 0),), {n: probes.PROBES[n] for n in names})))
+"""
+
+
+def test_alloc_and_free_compile_for_sm90_within_budget():
+    # The fast tier's compile check (the full tier's probe_result covers every
+    # public kernel for sm_75 and sm_90): the same budgets for the core path.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, "-c", QUICK_SM90], capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    by = {r["kernel"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+    assert {r["arch"] for r in by.values()} == {"sm_90"}
+    for name in ("alloc", "free", "alloc_view_free"):
+        r = by[name]
+        assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, r
+        assert r["sass_atomics"] >= 2, r
+    assert by["empty"]["sass_atomics"] == 0
+    # The ceilings of test_register_ceiling_sm90 and
+    # test_registers_for_every_way_of_passing_a_size_sm90.
+    assert by["alloc"]["registers"] <= 40, by["alloc"]
+    assert by["alloc_view_free"]["registers"] <= 52, by["alloc_view_free"]
+
+
 def rows(result, kernel):
     found = [r for r in result["probes"] if r["kernel"] == kernel]
     assert len(found) == len(CCS)
@@ -197,3 +225,63 @@ def test_normal_heaps_compile_no_observed_code(probe_result):
 
 def test_the_replay_kernel_compiles_for_the_gpu(probe_result):
     assert probe_result["traps"]["replay_kernel_spills"] == 0
+
+
+CACHED = """
+import json, os
+from numba import cuda
+from devalloc import aot, probes
+calls = []
+real = cuda.compile_ptx
+def counted(*args, **kwargs):
+    calls.append(kwargs["cc"])
+    return real(*args, **kwargs)
+cuda.compile_ptx = counted
+first = aot.compile_ptx(probes.k_empty, probes.SIG, cc=(9, 0))
+second = aot.compile_ptx(probes.k_empty, probes.SIG, cc=(9, 0))
+other = aot.compile_ptx(probes.k_empty, probes.SIG, cc=(7, 5))
+print(json.dumps([calls, first[0] == second[0], first[0] == other[0], ".target sm_90" in first[0],
+                  sorted(f.rsplit(".", 1)[1] for f in os.listdir(os.environ["DEVALLOC_PTX_CACHE"]))]))
+"""
+
+
+def test_a_kernel_is_compiled_once_per_ptx_cache(tmp_path):
+    # The test session's cache (tests/conftest.py): what one process compiled,
+    # the next one with the same folder reads.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["DEVALLOC_PTX_CACHE"] = str(tmp_path / "ptx")
+    said = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", CACHED], capture_output=True, text=True,
+                              env=env, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        said.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert said[0] == [[[9, 0], [7, 5]], True, False, True, ["pickle", "pickle"]]
+    assert said[1] == [[], True, False, True, ["pickle", "pickle"]]
+
+
+def test_the_ptx_cache_keys_what_the_ptx_depends_on():
+    from numba import types
+
+    import devalloc
+    from devalloc import aot, probes
+
+    sig = probes.SIG
+    key = aot._cache_key(probes.k_alloc, sig, (9, 0), {})
+    assert key == aot._cache_key(probes.k_alloc, sig, (9, 0), {})
+    others = {aot._cache_key(probes.k_alloc, sig, (7, 5), {}),
+              aot._cache_key(probes.k_alloc, sig, (9, 0), {"lineinfo": True}),
+              aot._cache_key(probes.k_empty, sig, (9, 0), {}),
+              aot._cache_key(probes.k_alloc, (devalloc.debug_ctx_type, types.int64,
+                                              types.int64[::1]), (9, 0), {})}
+    assert len(others) == 4 and key not in others and None not in others
+    # Not cached: a kernel without a source file, or closing over an object.
+    ns = {}
+    exec("def k(ctx, n, out):\n    out[0] = n\n", ns)
+    assert aot._cache_key(ns["k"], sig, (9, 0), {}) is None
+    table = [1]
+
+    def k_closure(ctx, n, out):
+        out[0] = table[0]
+
+    assert aot._cache_key(k_closure, sig, (9, 0), {}) is None

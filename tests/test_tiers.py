@@ -1,0 +1,108 @@
+"""The two test tiers: the fast one drops no subject, the full one drops nothing.
+
+``python -m pytest`` runs the fast tier (every test not marked slow);
+``python -m pytest --full`` runs every test (README, "Tests"; tests/conftest.py).
+Here both are collected in a subprocess, as those commands collect them, and
+checked: the fast tier keeps at least one test of every ``tests/test_*.py``
+module found on disk (so a new module is covered without a list to edit),
+and every kind of check listed in :data:`FAST_KINDS`; the full tier is every
+test, the fast tier's included.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+#: Kind of check -> node ids of tests of that kind that the fast tier must
+#: run (issue 27: every kind of check is touched by the README's command).
+FAST_KINDS = {
+    "each public device function on the simulator: alloc, free, view": [
+        "tests/test_heap_sim.py::test_free_everything_then_fill_again",
+        "tests/test_heap_sim.py::test_view_types_and_bounds",
+    ],
+    "each public device function on the simulator: bump, mark, scoped, release": [
+        "tests/test_scratch.py::test_many_threads_interleave_bump_scoped_and_slab",
+        "tests/test_scratch.py::test_nested_scopes_verify_and_return_every_chunk",
+    ],
+    "a compile-and-budget check for sm_90 (NVVM, ptxas)": [
+        "tests/test_compile.py::test_alloc_and_free_compile_for_sm90_within_budget",
+    ],
+    "an exhaustive two-thread exploration of one scenario": [
+        "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[slab_same_word]",
+    ],
+    "PCT seeds": [
+        "tests/test_explorer.py::test_pct_schedules_find_no_violation[scope_release_vs_reuse-2]",
+    ],
+    "a broken variant caught by the explorer": [
+        "tests/test_explorer.py::test_exhaustive_exploration_catches_broken_variant"
+        "[free_release_first]",
+    ],
+    "the demo": [
+        "tests/test_demo.py::test_demo_json_end_to_end_from_outside_the_repository",
+    ],
+    "the misuse errors": [
+        "tests/test_misuse.py::test_a_heap_given_to_a_kernel_says_to_pass_heap_ctx",
+        "tests/test_misuse.py::test_run_refuses_a_ctx_it_cannot_count",
+    ],
+    "the simulator's fast launches": [
+        "tests/test_sim_launch.py::test_device_modules_see_the_simulated_cuda_during_a_launch_only",
+    ],
+}
+
+#: Tests in the suite when the tiers were made (issue 27): the full tier may
+#: only grow.
+TESTS_BEFORE_TIERS = 577
+
+
+def collect(*options):
+    """Return the node ids ``python -m pytest OPTIONS`` would run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    env.pop("PYTEST_ADDOPTS", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0",
+         "-p", "no:cacheprovider", *options],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [line for line in proc.stdout.splitlines() if "::" in line]
+
+
+@pytest.fixture(scope="module")
+def tiers():
+    return collect(), collect("--full")
+
+
+def test_the_fast_tier_keeps_a_test_of_every_module(tiers):
+    fast, full = tiers
+    modules = sorted(f"tests/{p.name}" for p in TESTS.glob("test_*.py"))
+    assert len(modules) > 20
+    lacking = [m for m in modules if not any(n.startswith(m + "::") for n in fast)]
+    assert lacking == [], f"no test of these modules in the fast tier: {lacking}"
+    # ... and no module is only in the fast tier's collection by accident.
+    assert {n.split("::")[0] for n in full} == set(modules)
+
+
+@pytest.mark.parametrize("kind", sorted(FAST_KINDS))
+def test_the_fast_tier_runs_every_kind_of_check(tiers, kind):
+    fast, full = tiers
+    for nodeid in FAST_KINDS[kind]:
+        assert nodeid in full, f"{nodeid} is gone (renamed?): update FAST_KINDS"
+        assert nodeid in fast, f"{kind}: {nodeid} is not in the fast tier"
+
+
+def test_the_full_tier_is_every_test(tiers):
+    fast, full = tiers
+    assert len(set(full)) == len(full) >= TESTS_BEFORE_TIERS
+    assert set(fast) < set(full)
+    # -m "slow or not slow" is the same full tier.
+    assert collect("-m", "slow or not slow") == full
+
+
+def test_naming_a_slow_test_runs_it():
+    slow = "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[reuse_race]"
+    assert collect(slow) == [slow]
