@@ -108,6 +108,10 @@ def pytest_collection_modifyitems(config, items):
         if not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(module))
     if not _tier_applies(config):
+        # The modules with slow tests first (their order within a module
+        # kept): the longest work starts first, so the workers end together.
+        heavy = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+        items.sort(key=lambda item: item.nodeid.split("::")[0] not in heavy)
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:

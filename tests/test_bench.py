@@ -181,6 +181,7 @@ def test_gpu_throughput_says_it_needs_a_gpu_and_exits_0():
     assert "needs a CUDA GPU" in proc.stdout
 
 
+@pytest.mark.slow
 def test_gpu_throughput_kernels_compile_for_sm90():
     proc = subprocess.run(
         [sys.executable, str(BENCH / "gpu_throughput.py"), "--compile-only", "--cc", "90"],

@@ -68,6 +68,7 @@ def rows(result, kernel):
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", [
     "alloc", "alloc_const", "alloc_per_thread", "free", "alloc_view_free",
     "alloc_view_free_per_thread", "conditional", "bump", "scoped", "debug_alloc_view_free",
@@ -81,6 +82,7 @@ def test_public_device_api_compiles_without_spills(probe_result, kernel):
         assert r["sass_atomics"] >= 2, r
 
 
+@pytest.mark.slow
 def test_floor_kernels_are_what_they_claim(probe_result):
     for r in rows(probe_result, "atomic_floor"):
         assert r["sass_atomics"] == 1, r
@@ -124,6 +126,7 @@ def test_a_called_function_counts_in_the_kernels_registers(tmp_path):
     assert " CALL" in sass and " RET" in sass
 
 
+@pytest.mark.slow
 def test_register_ceiling_sm90(probe_result):
     # Deterministic for a given toolchain; a ceiling that catches growth, not
     # issue 3's targets of 24/32 registers, which are missed (bench/RESULTS.md
@@ -136,6 +139,7 @@ def test_register_ceiling_sm90(probe_result):
     assert by["alloc_view_free"]["registers"] <= 52
 
 
+@pytest.mark.slow
 def test_registers_for_every_way_of_passing_a_size_sm90(probe_result):
     # Issue 13: a constant size made NVVM unroll _pick's word loop and keep
     # its addresses live (88 registers) until the trip count went through
@@ -159,6 +163,7 @@ PATHS = {"alloc_fresh_slab": 165, "alloc_reuse": 251, "free_lone": 120,
          "free_warp32": 141, "bump": 160, "scoped": 167}
 
 
+@pytest.mark.slow
 def test_walked_path_lengths_sm90(probe_result):
     got = probe_result["paths"]
     assert probe_result["paths_floor"] <= 48
@@ -179,6 +184,7 @@ def test_walked_path_lengths_sm90(probe_result):
     assert got["free_warp32"]["instructions"] <= 250
 
 
+@pytest.mark.slow
 def test_trap_device_function_needs_a_device_without_the_stand_in(probe_result):
     got = probe_result["traps"]["device_call_needs_device"]
     if got is None:
@@ -186,10 +192,12 @@ def test_trap_device_function_needs_a_device_without_the_stand_in(probe_result):
     assert got == "CudaSupportError"
 
 
+@pytest.mark.slow
 def test_trap_device_function_cannot_return_an_array_it_created(probe_result):
     assert probe_result["traps"]["return_created_array_rejected"] is True
 
 
+@pytest.mark.slow
 def test_no_sequentially_consistent_fence_in_any_kernel(probe_result):
     # Issue 13: every alloc and free ran cuda.threadfence() (MEMBAR.SC.GPU,
     # ERRBAR, CCTL.IVALL: L1 invalidated). Ordering now comes from acquire
@@ -198,6 +206,7 @@ def test_no_sequentially_consistent_fence_in_any_kernel(probe_result):
         assert r["sass_membar_sc"] == 0, r
 
 
+@pytest.mark.slow
 def test_bump_orders_its_claim_and_its_chunk_install(probe_result):
     # Issue 13's two bump gaps: the lanes sync with the leader after its
     # claim, and the chunk's page takes are released by the install's cas.
@@ -206,10 +215,12 @@ def test_bump_orders_its_claim_and_its_chunk_install(probe_result):
     assert got["acquire_cas"] >= 1 and got["release_cas"] >= 1, got
 
 
+@pytest.mark.slow
 def test_merge_bits_is_one_redux_on_sm80_and_later(probe_result):
     assert probe_result["traps"]["merge_bits_redux"] == {"75": False, "90": True}
 
 
+@pytest.mark.slow
 def test_merge_bits_widens_the_warp_mask_without_sign_extension(probe_result):
     # match_any_sync's mask is an int32: sign-extended, a group holding lane
     # 31 would make merge_bits shuffle from 32 lanes outside the group (a
@@ -217,12 +228,14 @@ def test_merge_bits_widens_the_warp_mask_without_sign_extension(probe_result):
     assert probe_result["traps"]["merge_mask_zero_extended"] is True
 
 
+@pytest.mark.slow
 def test_normal_heaps_compile_no_observed_code(probe_result):
     # Profile counters and the trace cost nothing on normal heaps: the path
     # is chosen from the ctx's type when the kernel compiles.
     assert probe_result["traps"]["observed_path_only_when_observed"] is True
 
 
+@pytest.mark.slow
 def test_the_replay_kernel_compiles_for_the_gpu(probe_result):
     assert probe_result["traps"]["replay_kernel_spills"] == 0
 

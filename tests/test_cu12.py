@@ -113,6 +113,7 @@ def cu12_result():
     return result
 
 
+@pytest.mark.slow
 def test_the_cuda_12_toolchain_is_the_one_used(cu12_result):
     assert cu12_result["ptxas"].startswith(str(venv_dir())), cu12_result["ptxas"]
     assert "release 12." in cu12_result["ptxas_version"], cu12_result["ptxas_version"]
@@ -120,6 +121,7 @@ def test_the_cuda_12_toolchain_is_the_one_used(cu12_result):
     assert cu12_result["ptx_isa"].startswith("8."), cu12_result["ptx_isa"]
 
 
+@pytest.mark.slow
 def test_every_probe_kernel_compiles_without_spills_for_sm75_and_sm90(cu12_result):
     rows = cu12_result["probes"]
     got = {(r["kernel"], r["arch"]) for r in rows}
@@ -133,6 +135,7 @@ def test_every_probe_kernel_compiles_without_spills_for_sm75_and_sm90(cu12_resul
             assert r["sass_atomics"] >= 2, r  # the allocator really is in there
 
 
+@pytest.mark.slow
 def test_compile_traps_hold_with_cuda_12(cu12_result):
     traps = cu12_result["traps"]
     assert traps["return_created_array_rejected"] is True

@@ -173,6 +173,7 @@ def compiled():
     return result
 
 
+@pytest.mark.slow
 def test_example_kernels_compile_for_sm90_without_spills(compiled):
     rows = compiled["rows"]
     kernels = {r["kernel"]: r for r in rows}
@@ -189,6 +190,7 @@ def test_example_kernels_compile_for_sm90_without_spills(compiled):
             assert r["sass_atomics"] == 0, r  # twins never touch a heap
 
 
+@pytest.mark.slow
 def test_rng_states_match_on_the_gpu_path(compiled):
     # Off the simulator _mc.rng_states uses numba's compiled seeding; the
     # simulator path (Python integers) must give the very same states.

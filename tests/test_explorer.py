@@ -32,6 +32,20 @@ from devalloc.testing.invariants import (
 BOUNDS = scenarios.bounds()
 EXHAUSTIVE = scenarios.exhaustive()
 
+#: What the fast tier explores (README, "Try it": the test tiers): one
+#: two-thread scenario exhaustively, one PCT scenario at one depth, one
+#: broken variant caught. Every other exploration is in the full tier
+#: (seconds to a minute each).
+FAST_EXHAUSTIVE = "slab_same_word"
+FAST_PCT = ("scope_release_vs_reuse", 2)
+FAST_CAUGHT = "free_release_first"
+
+
+def tier(fast, *values, id_=None):
+    """Return ``values`` as one parameter set, marked slow unless ``fast``."""
+    marks = () if fast else (pytest.mark.slow,)
+    return pytest.param(*values, marks=marks, id=id_)
+
 
 @functools.lru_cache(maxsize=None)
 def explored(name):
@@ -52,7 +66,9 @@ def variant(name):
 # ------------------------------------------------------- the real device code
 
 
-@pytest.mark.parametrize("sc", EXHAUSTIVE, ids=lambda sc: sc.name)
+@pytest.mark.xdist_group("explored")  # explored() once per worker: one worker
+@pytest.mark.parametrize("sc", [tier(sc.name == FAST_EXHAUSTIVE, sc, id_=sc.name)
+                                for sc in EXHAUSTIVE])
 def test_exhaustive_exploration_finds_no_violation(sc):
     r = explored(sc.name)
     print(r.summary())
@@ -63,8 +79,10 @@ def test_exhaustive_exploration_finds_no_violation(sc):
         assert r.schedules > 1000 and r.states > 100
 
 
-@pytest.mark.parametrize("depth", BOUNDS.pct_depths)
-@pytest.mark.parametrize("sc", scenarios.PCT, ids=lambda sc: sc.name)
+@pytest.mark.xdist_group("explored")
+@pytest.mark.parametrize("sc, depth", [
+    tier((sc.name, depth) == FAST_PCT, sc, depth, id_=f"{sc.name}-{depth}")
+    for sc in scenarios.PCT for depth in BOUNDS.pct_depths])
 def test_pct_schedules_find_no_violation(sc, depth):
     r = pct(sc.name, depth)
     print(r.summary())
@@ -72,6 +90,8 @@ def test_pct_schedules_find_no_violation(sc, depth):
     assert r.executions == len(BOUNDS.pct_seeds) + 1
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("explored")
 def test_exploration_reaches_every_metadata_access_but_the_undo():
     """Every ``meta[...]`` and atomic of the device code ran in some schedule.
 
@@ -136,7 +156,7 @@ CAUGHT = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CAUGHT))
+@pytest.mark.parametrize("name", [tier(n == FAST_CAUGHT, n, id_=n) for n in sorted(CAUGHT)])
 def test_exhaustive_exploration_catches_broken_variant(name):
     scenario, invariants, where = CAUGHT[name]
     fname, fn = broken.VARIANTS[name]
@@ -162,6 +182,7 @@ def sequential(n_threads):
     return [[0] * explorer.MAX_STEPS, [1] * explorer.MAX_STEPS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["take_check_then_clear", "retire_plain_store",
                                   "reserve_plain_update"])
 def test_races_the_explorer_finds_are_invisible_sequentially(name):
@@ -176,6 +197,7 @@ def test_races_the_explorer_finds_are_invisible_sequentially(name):
     assert len(set(r.failing_schedule)) > 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["alloc_small_overserve", "free_small_leader_bit_only"])
 def test_group_bugs_need_group_scenarios(name):
     """Bugs in what a group's leader and lanes do are invisible to lanes alone."""
