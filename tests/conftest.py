@@ -5,10 +5,19 @@ before any test module imports numba. The compile checks need the real CUDA
 target and run in a subprocess (tests/test_compile.py).
 """
 
+import contextlib
+import json
 import os
+import pickle
 import shutil
 import sys
 import tempfile
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: no cross-process lock, each computes
+    fcntl = None
 
 if os.environ.get("DEVALLOC_TEST_GPU") != "1":
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
@@ -21,26 +30,81 @@ from devalloc import _examples  # noqa: E402
 # another checkout of devalloc is installed in the venv.
 _examples.package()
 
-#: Figures reported by the compile checks, printed in the terminal summary.
-COMPILE_REPORT = []
+#: The folder of this test session, shared by pytest-xdist's workers (they
+#: inherit the environment of the main process, which makes it).
+SESSION_ENV = "DEVALLOC_TEST_SESSION"
+
+
+class _CompileReport(list):
+    """Figures reported by the compile checks, printed in the terminal summary.
+
+    Rows added on a pytest-xdist worker also go to the session folder, from
+    which the main process prints them.
+    """
+
+    def extend(self, rows):
+        rows = list(rows)
+        super().extend(rows)
+        folder = os.environ.get(SESSION_ENV)
+        if folder:
+            with _locked(Path(folder) / "compile-report"):
+                with open(Path(folder) / "compile-report.jsonl", "a") as f:
+                    f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in rows)
+
+
+COMPILE_REPORT = _CompileReport()
+
+
+@contextlib.contextmanager
+def _locked(path):
+    # An exclusive lock on path.lock, across processes (where fcntl exists).
+    with open(f"{path}.lock", "w") as f:
+        if fcntl is not None:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def session_cached(key, compute):
+    """Return ``compute()``, computed once per test session on any worker.
+
+    For a fixture's costly result (a compile in a subprocess, an
+    exploration): the first process to ask computes it and keeps it
+    (pickled) in the session folder; the others wait for it and read it. A
+    compute that raises keeps nothing (the next one to ask tries again).
+    """
+    folder = os.environ.get(SESSION_ENV)
+    if not folder:
+        return compute()
+    path = Path(folder) / f"{key}.pickle"
+    with _locked(path):
+        if path.exists():
+            return pickle.loads(path.read_bytes())
+        value = compute()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps(value))
+        os.replace(tmp, path)
+        return value
 
 
 def pytest_configure(config):
-    # One PTX cache per test session (devalloc.aot.PTX_CACHE_ENV), made by the
-    # main process before pytest-xdist starts its workers, which inherit it:
+    # The session folder, made by the main process before pytest-xdist starts
+    # its workers. In it, the session's PTX cache (devalloc.aot.PTX_CACHE_ENV):
     # a kernel compiled by several test files' subprocesses is compiled once.
-    if hasattr(config, "workerinput") or os.environ.get("DEVALLOC_PTX_CACHE"):
+    if hasattr(config, "workerinput") or os.environ.get(SESSION_ENV):
         return
-    folder = tempfile.mkdtemp(prefix="devalloc-ptx-")
-    os.environ["DEVALLOC_PTX_CACHE"] = folder
-    config._devalloc_ptx_cache = folder
+    folder = tempfile.mkdtemp(prefix="devalloc-tests-")
+    os.environ[SESSION_ENV] = folder
+    os.environ.setdefault("DEVALLOC_PTX_CACHE", os.path.join(folder, "ptx"))
+    config._devalloc_session = folder
 
 
 def pytest_unconfigure(config):
-    folder = getattr(config, "_devalloc_ptx_cache", None)
+    folder = getattr(config, "_devalloc_session", None)
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
-        os.environ.pop("DEVALLOC_PTX_CACHE", None)
+        os.environ.pop(SESSION_ENV, None)
+        if os.environ.get("DEVALLOC_PTX_CACHE", "").startswith(folder):
+            os.environ.pop("DEVALLOC_PTX_CACHE")
 
 
 @pytest.fixture
@@ -52,14 +116,39 @@ def fine_interleaving():
     sys.setswitchinterval(old)
 
 
-def pytest_terminal_summary(terminalreporter):
-    if not COMPILE_REPORT:
+@pytest.fixture
+def coarse_interleaving(monkeypatch):
+    """Launch with the caller's switch interval (5 ms): a short kernel's threads
+    run nearly one after another, as they did before devalloc.sim.launch.
+
+    For tests that pin what a serial run gives (a slab count, an atomic
+    count) on a kernel whose threads could legitimately interleave otherwise.
+    """
+    from devalloc.sim import launch
+
+    monkeypatch.setattr(launch, "SWITCH_INTERVAL", max(launch.SWITCH_INTERVAL,
+                                                       sys.getswitchinterval()))
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    rows = list(COMPILE_REPORT)
+    folder = getattr(config, "_devalloc_session", None)
+    report = Path(folder or ".") / "compile-report.jsonl"
+    if folder and report.exists():  # rows from the workers
+        rows += [json.loads(line) for line in report.read_text().splitlines()]
+    seen, unique = set(), []
+    for row in rows:
+        key = json.dumps(row, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            unique.append(row)
+    if not unique:
         return
     tr = terminalreporter
     tr.section("devalloc compile checks (ptxas -v / nvdisasm)")
     cols = ["kernel", "arch", "registers", "spill_bytes", "sass_instructions", "sass_atomics"]
     tr.write_line("  ".join(f"{c:>17}" for c in cols))
-    for row in COMPILE_REPORT:
+    for row in unique:
         tr.write_line("  ".join(f"{row[c]:>17}" for c in cols))
 
 
@@ -87,26 +176,7 @@ def _tier_applies(config):
     return not any("::" in str(a) for a in config.args)
 
 
-def _module_fixture_users(items):
-    # Items using a fixture wider than a function that their own module
-    # defines (a compile, a wheel, a venv, a cluster made once per module).
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
-        for fixturedefs in defs.values():
-            fd = fixturedefs[-1]
-            if fd.scope != "function" and fd.baseid == module:
-                yield item, module
-                break
-
-
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    # With -n (pytest-xdist, --dist loadgroup), the tests sharing a fixture
-    # made once per module run on one worker, so it is made once.
-    for item, module in _module_fixture_users(items):
-        if not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(module))
     if not _tier_applies(config):
         # The modules with slow tests first (their order within a module
         # kept): the longest work starts first, so the workers end together.

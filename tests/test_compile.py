@@ -16,20 +16,24 @@ import sys
 
 import pytest
 
-from conftest import COMPILE_REPORT
+from conftest import COMPILE_REPORT, session_cached
 
 CCS = ["75", "90"]
 
 
-@pytest.fixture(scope="module")
-def probe_result():
+def _probes():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     proc = subprocess.run(
         [sys.executable, "-m", "devalloc.probes", "--json", "--traps", "--cc", *CCS],
         capture_output=True, text=True, env=env, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def probe_result():
+    result = session_cached("probe_result", _probes)  # once for every xdist worker
     COMPILE_REPORT.extend(result["probes"])
     return result
 

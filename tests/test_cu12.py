@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COMPILE_REPORT
+from conftest import COMPILE_REPORT, session_cached
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What pip says when a package cannot be had (no index, no network).
@@ -99,8 +99,7 @@ print(json.dumps({
 """
 
 
-@pytest.fixture(scope="module")
-def cu12_result():
+def _cu12_compile():
     python = cu12_python()
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_ENABLE_CUDASIM", "DEVALLOC_PTXAS", "DEVALLOC_NVDISASM")}
@@ -108,7 +107,12 @@ def cu12_result():
     proc = subprocess.run([str(python), "-c", SCRIPT], capture_output=True, text=True,
                           env=env, timeout=1800, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def cu12_result():
+    result = session_cached("cu12_result", _cu12_compile)  # once for every xdist worker
     COMPILE_REPORT.extend({**r, "arch": r["arch"] + " cu12"} for r in result["probes"])
     return result
 

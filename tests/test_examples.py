@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import COMPILE_REPORT
+from conftest import COMPILE_REPORT, session_cached
 
 from devalloc import layout as L
 from devalloc.examples import _mc
@@ -158,9 +158,7 @@ print(json.dumps({"rows": rows, "states": states, "tail": tail}))
 """
 
 
-@pytest.fixture(scope="module")
-def compiled():
-    """Compile every example kernel for sm_90 in a process with the real CUDA target."""
+def _compile_examples():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     names = [m.__name__.split(".")[-1] for m in ALL_EXAMPLES]
     proc = subprocess.run(
@@ -168,7 +166,13 @@ def compiled():
         capture_output=True, text=True, env=env, timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Compile every example kernel for sm_90 in a process with the real CUDA target."""
+    result = session_cached("examples_compiled", _compile_examples)  # once for every worker
     COMPILE_REPORT.extend(result["rows"])
     return result
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import devalloc
+from conftest import session_cached
 from devalloc.device import core, slab
 from devalloc import layout as L
 from devalloc.testing import broken, explorer, scenarios
@@ -49,13 +50,15 @@ def tier(fast, *values, id_=None):
 
 @functools.lru_cache(maxsize=None)
 def explored(name):
-    """Explore scenario ``name`` of the correct code once per session."""
-    return explorer.explore(scenarios.by_name(name), BOUNDS.max_executions)
+    """Explore scenario ``name`` of the correct code once per session (any xdist worker)."""
+    return session_cached(f"explored-{name}-{BOUNDS.max_executions}", lambda: explorer.explore(
+        scenarios.by_name(name), BOUNDS.max_executions))
 
 
 @functools.lru_cache(maxsize=None)
 def pct(name, depth):
-    return explorer.explore_pct(scenarios.by_name(name), BOUNDS.pct_seeds, depth)
+    return session_cached(f"pct-{name}-{depth}-{len(BOUNDS.pct_seeds)}", lambda: (
+        explorer.explore_pct(scenarios.by_name(name), BOUNDS.pct_seeds, depth)))
 
 
 def variant(name):
@@ -66,7 +69,6 @@ def variant(name):
 # ------------------------------------------------------- the real device code
 
 
-@pytest.mark.xdist_group("explored")  # explored() once per worker: one worker
 @pytest.mark.parametrize("sc", [tier(sc.name == FAST_EXHAUSTIVE, sc, id_=sc.name)
                                 for sc in EXHAUSTIVE])
 def test_exhaustive_exploration_finds_no_violation(sc):
@@ -79,7 +81,6 @@ def test_exhaustive_exploration_finds_no_violation(sc):
         assert r.schedules > 1000 and r.states > 100
 
 
-@pytest.mark.xdist_group("explored")
 @pytest.mark.parametrize("sc, depth", [
     tier((sc.name, depth) == FAST_PCT, sc, depth, id_=f"{sc.name}-{depth}")
     for sc in scenarios.PCT for depth in BOUNDS.pct_depths])
@@ -91,7 +92,6 @@ def test_pct_schedules_find_no_violation(sc, depth):
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("explored")
 def test_exploration_reaches_every_metadata_access_but_the_undo():
     """Every ``meta[...]`` and atomic of the device code ran in some schedule.
 

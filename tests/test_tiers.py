@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import session_cached
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
@@ -74,7 +76,7 @@ def collect(*options):
 
 @pytest.fixture(scope="module")
 def tiers():
-    return collect(), collect("--full")
+    return session_cached("tiers", lambda: (collect(), collect("--full")))
 
 
 def test_the_fast_tier_keeps_a_test_of_every_module(tiers):
