@@ -116,20 +116,6 @@ def fine_interleaving():
     sys.setswitchinterval(old)
 
 
-@pytest.fixture
-def coarse_interleaving(monkeypatch):
-    """Launch with the caller's switch interval (5 ms): a short kernel's threads
-    run nearly one after another, as they did before devalloc.sim.launch.
-
-    For tests that pin what a serial run gives (a slab count, an atomic
-    count) on a kernel whose threads could legitimately interleave otherwise.
-    """
-    from devalloc.sim import launch
-
-    monkeypatch.setattr(launch, "SWITCH_INTERVAL", max(launch.SWITCH_INTERVAL,
-                                                       sys.getswitchinterval()))
-
-
 def pytest_terminal_summary(terminalreporter, config):
     rows = list(COMPILE_REPORT)
     folder = getattr(config, "_devalloc_session", None)

@@ -149,9 +149,7 @@ def mixed(ctx, offs):
         devalloc.free(ctx, 8)
 
 
-def test_report_from_a_real_heap_matches_the_attributes(coarse_interleaving):
-    # Serial enough that the ten 100 B blocks share one slab (racing threads
-    # may pass a contended slab over: issue 14).
+def test_report_from_a_real_heap_matches_the_attributes():
     heap = devalloc.Heap(1 << 20)
     offs = cuda.to_device(np.full(16, -1, np.int64))
     mixed[1, 16](heap.ctx, offs)

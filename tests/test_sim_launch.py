@@ -1,10 +1,10 @@
 """devalloc.sim.launch: simulated launches without a convoy, computing the same.
 
-A launch runs with a short thread switch interval and gives the caller's
-back; a device function's module sees the launch's simulated ``cuda`` from
-its first call on and gets the real one back when the launch ends, also
-when a thread raised; device functions called from host code keep the
-simulator's own path. Wall-clock figures are in bench/RESULTS.md
+A device function's module sees the launch's simulated ``cuda`` from its
+first call on and gets the real one back when the launch ends, also when a
+thread raised; device functions called from host code keep the simulator's
+own path; a launch runs with the switch interval asked (the caller's by
+default) and gives the caller's back. Wall-clock figures are in bench/RESULTS.md
 (``bench/sim_launch.py``), never asserted.
 """
 
@@ -58,9 +58,12 @@ def test_installed_with_the_first_use_of_devalloc():
     assert launch.installed()
 
 
+@pytest.mark.parametrize("cap", [None, 1e-4])
 @pytest.mark.parametrize("before", [5e-3, 1.0, 2e-5])
-def test_a_launch_runs_with_a_short_interval_and_restores_the_callers(before):
+def test_a_launch_runs_with_the_interval_asked_and_restores_the_callers(
+        monkeypatch, before, cap):
     devalloc.Heap
+    monkeypatch.setattr(launch, "SWITCH_INTERVAL", cap)
     old = sys.getswitchinterval()
     sys.setswitchinterval(before)
     try:
@@ -69,8 +72,10 @@ def test_a_launch_runs_with_a_short_interval_and_restores_the_callers(before):
         assert sys.getswitchinterval() == pytest.approx(before)
     finally:
         sys.setswitchinterval(old)
-    # A shorter interval (a test making races show) is kept.
-    assert out.tolist() == pytest.approx([min(before, launch.SWITCH_INTERVAL)] * 4)
+    # None: the caller's. A cap: at most the cap, a shorter one (a test making
+    # races show) kept.
+    want = before if cap is None else min(before, cap)
+    assert out.tolist() == pytest.approx([want] * 4)
 
 
 def test_device_modules_see_the_simulated_cuda_during_a_launch_only():
@@ -103,8 +108,9 @@ def test_a_device_function_called_from_host_code_keeps_the_simulators_path():
     assert sys.modules[__name__].cuda is cuda and launch._SWAPPED == {}
 
 
-def test_uninstall_and_install_again():
+def test_uninstall_and_install_again(monkeypatch):
     devalloc.Heap
+    monkeypatch.setattr(launch, "SWITCH_INTERVAL", 1e-4)
     launch.uninstall()
     try:
         assert not launch.installed()

@@ -174,7 +174,7 @@ def test_frees_of_every_kind_in_one_warp():
     assert u.live_blocks == 16
 
 
-def test_one_warp_of_three_classes_costs_one_cas_per_class(coarse_interleaving):
+def test_one_warp_of_three_classes_costs_one_cas_per_class():
     sizes = np.array([(16, 100, 1000)[i % 3] for i in range(32)], np.int64)
     heap = devalloc.Heap(L.capacity_for_pages(16))
     offs = cuda.to_device(np.full(32, NULL, np.int64))

@@ -1,44 +1,49 @@
-"""Faster simulated launches: no convoy of a block's threads.
+"""Faster simulated launches: no lock and no scan at every device-function call.
 
 The simulator runs each thread of a block as a Python thread, and every
-device-function call goes through ``swapped_cuda_module``, which takes a
-module-wide lock twice (three lock operations and a generator per call) to
-swap the function module's ``cuda`` for the simulator's. Under the GIL a
-thread that is switched out while it holds such a lock (or devalloc's
-atomic lock) stops every other thread that needs it until it runs again,
-and with the default switch interval (5 ms) that wait is a whole interval
-per hand-over: the threads of a block convoy behind each other, while the
-simulator's block manager polls them in a busy loop. Measured on
-``python -m devalloc demo --example step_scratch --threads 256``: 70 s
-with the default interval, about 20 s with 0.1 ms (README, "Tests").
+device-function call goes through ``swapped_cuda_module``, a generator that
+takes a lock shared by all modules, then the module's own lock twice, and,
+when no other thread is inside the module, scans the module's globals for
+``cuda`` (all of them: the devalloc device modules have hundreds). Under
+the GIL a thread switched out while it holds the module's lock stops every
+thread of the block that calls into the module: they block on the lock one
+after the other, and each hand-over waits for the holder's switch interval
+(5 ms by default) while the simulator's block manager polls the threads in
+a busy loop. The threads of a block convoy (bench/RESULTS.md, "Simulator
+launches", measured by ``bench/sim_launch.py``).
 
 :func:`install` (run by :func:`devalloc.sim.install`, on the simulator
-only) wraps ``FakeCUDAKernel.__call__``, once, so that
+only) wraps ``FakeCUDAKernel.__call__``, once, so that inside a launch a
+device function's module has its ``cuda`` swapped for the launch's
+simulated module the first time any thread calls into it, and given back
+when the launch ends (also when a thread raised), instead of a swap and a
+give-back under locks at every call: a device-function call costs a dict
+lookup. The simulator runs one launch at a time (it asserts so), so one
+swap per module per launch is what every call would have seen. A device
+function called outside a launch (from host code) keeps the simulator's
+own path.
 
-* a kernel launch runs with the thread switch interval at most
-  :data:`SWITCH_INTERVAL` (a shorter one set by a test, to make races show,
-  is kept), restored when the launch returns;
-* inside a launch, a device function's module has its ``cuda`` swapped for
-  the launch's simulated module the first time any thread calls into it,
-  and given back when the launch ends, instead of a swap and a give-back
-  under locks at every call. The simulator runs one launch at a time (it
-  asserts so), so one swap per module per launch is what every call would
-  have seen. A device function called outside a launch (from host code)
-  keeps the simulator's own path.
+A shorter thread switch interval would cut the remaining hand-overs (of
+the atomics' lock) further, but it changes which interleavings a kernel's
+threads show: with 0.1 ms, tests that pin what a near-serial run gives (one
+slab for ten 100 B blocks, a peak of 13 pages) saw the legitimate
+outcomes of racing threads instead. So launches keep the caller's interval
+unless :data:`SWITCH_INTERVAL` is set (``bench/sim_launch.py`` measures
+both); tests that want races set a short one themselves
+(``fine_interleaving``).
 
 The simulator internals read here are checked by :mod:`devalloc.sim.compat`.
-Only scheduling changes: what a kernel computes, and which interleavings
-it can see, are the simulator's.
+What a kernel computes is the simulator's.
 """
 
 import functools
 import sys
 import threading
 
-#: The longest thread switch interval (seconds) a simulated launch runs
-#: with. Shorter is not faster: 20 us cost about as much as 0.1 ms on
-#: step_scratch at 256 threads, and more switching overhead elsewhere.
-SWITCH_INTERVAL = 1e-4
+#: None: a launch runs with the caller's thread switch interval. A number
+#: of seconds: the longest interval a launch runs with (a shorter one set by
+#: the caller is kept); the caller's is restored when the launch returns.
+SWITCH_INTERVAL = None
 
 # Guards _SWAPPED (written by the first thread of a launch to call into a
 # module, read without the lock by every later call: a dict lookup is
@@ -106,7 +111,7 @@ def install():
         if self._device:  # called from host code: the simulator's own path
             return original(self, *args)
         old = sys.getswitchinterval()
-        shorter = old > SWITCH_INTERVAL
+        shorter = SWITCH_INTERVAL is not None and old > SWITCH_INTERVAL
         if shorter:
             sys.setswitchinterval(SWITCH_INTERVAL)
         try:
