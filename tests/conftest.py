@@ -173,7 +173,6 @@ def pytest_collection_modifyitems(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if not item.get_closest_marker("slow")]
-        config._devalloc_slow_deselected = len(slow)
 
 
 def pytest_report_header(config):
