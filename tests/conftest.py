@@ -140,7 +140,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
 # ----------------------------------------------------------------- the tiers
 #
-# Two tiers, each one command (README, "Tests"):
+# Two tiers, each one command (README, "Try it"):
 #   python -m pytest          the fast tier: every test not marked slow
 #   python -m pytest --full   the full tier: every test (also -m "slow or not slow")
 # A test is in the fast tier unless it carries @pytest.mark.slow, so a new
@@ -166,8 +166,11 @@ def pytest_collection_modifyitems(config, items):
     if not _tier_applies(config):
         # The modules with slow tests first (their order within a module
         # kept): the longest work starts first, so the workers end together.
+        # Tests marked after_all read what others computed (session_cached):
+        # last, so that the others' work is spread over the workers first.
         heavy = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-        items.sort(key=lambda item: item.nodeid.split("::")[0] not in heavy)
+        items.sort(key=lambda item: (item.get_closest_marker("after_all") is not None,
+                                     item.nodeid.split("::")[0] not in heavy))
         return
     slow = [item for item in items if item.get_closest_marker("slow")]
     if slow:

@@ -92,6 +92,7 @@ def test_pct_schedules_find_no_violation(sc, depth):
 
 
 @pytest.mark.slow
+@pytest.mark.after_all  # the explorations above, cached for the session
 def test_exploration_reaches_every_metadata_access_but_the_undo():
     """Every ``meta[...]`` and atomic of the device code ran in some schedule.
 
