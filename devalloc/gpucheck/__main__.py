@@ -22,13 +22,13 @@ from . import report as R
 
 #: Parts in order, with their time limits in seconds by mode (full, quick, simulate).
 PARTS = {
-    "environment": (90, 60, 120),
+    "environment": (60, 60, 120),
     "tests": (150, 90, 300),
-    "stress": (120, 60, 300),
-    "sanitizer": (200, 100, 60),
-    "throughput": (150, 90, 60),
+    "stress": (90, 60, 300),
+    "sanitizer": (160, 80, 60),
+    "throughput": (120, 90, 60),
     "examples": (150, 90, 600),
-    "latency": (90, 60, 120),
+    "latency": (40, 40, 120),
 }
 MODES = ("full", "quick", "simulate")
 ROOT = Path(__file__).resolve().parents[2]
