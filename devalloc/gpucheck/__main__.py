@@ -23,7 +23,7 @@ from . import report as R
 #: Parts in order, with their time limits in seconds by mode (full, quick, simulate).
 PARTS = {
     "environment": (60, 60, 120),
-    "tests": (150, 90, 300),
+    "tests": (200, 120, 300),
     "stress": (90, 60, 300),
     "sanitizer": (160, 80, 60),
     "throughput": (120, 90, 60),

@@ -179,8 +179,7 @@ def resident_grid(kernel_args, block, want_per_sm):
     """Return (blocks, SMs, blocks per SM) so that every block is resident at once."""
     from numba import typeof
 
-    if cuda.is_available() and not getattr(cuda, "simulator", None) and \
-            not _simulated():
+    if not _simulated():
         dev = cuda.get_current_device()
         sms = dev.MULTIPROCESSOR_COUNT
         k = stress_kernel.compile(tuple(typeof(a) for a in kernel_args))
