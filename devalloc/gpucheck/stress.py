@@ -1,7 +1,9 @@
 """The stress verification kernel: every SM full, hundreds of rounds in one launch.
 
-Each thread runs ``rounds`` rounds of: draw a size (16 B .. 64 KiB
-log-uniform, 1 in 64 a large block of up to ``max_large`` bytes), ``alloc``
+Each thread runs ``rounds`` rounds of: draw a size (16 B .. 64 KiB, each
+octave [2**e, 2**(e+1)) half as likely as the one below, so that every class
+is drawn and the bytes written stay within what a full GPU writes in seconds;
+1 in 64 a large block of up to ``max_large`` bytes), ``alloc``
 it, write its key (thread and round) into every 4-byte word, read every word
 back, then free the block, or keep it (1 in 4, blocks of at most
 ``MAX_HELD`` bytes) for 1..16 more rounds and check every word again when it
@@ -52,14 +54,16 @@ def _draw(x):
 
 @cuda.jit(device=True)
 def _size(x, max_large):
-    """Return (state, size): 16 B..64 KiB log-uniform, or 1 in 64 a large block."""
+    """Return (state, size): 16 B..64 KiB (octave e with odds 2**-(e-3)), or 1 in 64 large."""
     x, u = _draw(x)
     if u < LARGE_IN and max_large > L.MAX_SMALL:
         x, a = _draw(x)
         x, b = _draw(x)
         return x, L.MAX_SMALL + 1 + (a * 32768 + b) % (max_large - L.MAX_SMALL)
-    x, e = _draw(x)
-    e = 4 + e % 12  # 2**4 .. 2**15
+    x, bits = _draw(x)
+    e = 4
+    while e < 15 and (bits >> (e - 4)) & 1:  # each octave half as likely: 2**4 .. 2**15
+        e += 1
     x, m = _draw(x)
     return x, (1 << e) + (m * ((1 << e) // 32768 + 1)) % (1 << e)
 
