@@ -52,10 +52,12 @@ def test_verdict_names_each_kind_of_wrong_result():
     from devalloc.gpucheck import stress
 
     good = {"bad_blocks": 0, "sized_for_room": True, "nulls": 0, "requests": 10,
+            "scoped_nulls": 0, "scope_misuse": 0,
             "allocs": 10, "heap_allocs": 10, "heap_failed": 0, "heap_frees": 10,
             "in_use_after": 0, "reserved_after": 0, "live_after": 0, "drained_problem": None}
     assert stress.verdict(good) == []
-    cases = {"bad_blocks": 1, "nulls": 2, "heap_frees": 9, "live_after": 1,
+    cases = {"bad_blocks": 1, "nulls": 2, "scoped_nulls": 1, "scope_misuse": 1,
+             "heap_frees": 9, "live_after": 1, "heap_failed": 4,
              "drained_problem": "page 3 is HEAD"}
     for key, value in cases.items():
         assert stress.verdict({**good, key: value}), key
@@ -68,7 +70,8 @@ def test_worst_case_capacity_covers_two_blocks_per_thread():
     from devalloc.gpucheck import stress
 
     one = stress.worst_case_capacity(1, 1 << 17)
-    assert stress.worst_case_capacity(1001, 1 << 17) - one == 1000 * (4 + 8) * L.PAGE
+    assert (stress.worst_case_capacity(1001, 1 << 17) - one
+            == 1000 * (4 + 8 + stress.SCOPE_PAGES) * L.PAGE)
 
 
 def _results(**status):
@@ -129,3 +132,33 @@ def test_simulate_runs_every_part_and_writes_the_report(tmp_path):
     assert tight["nulls"] > 0 and tight["bad_blocks"] == 0
     assert "Verdict: passed" in md.read_text()
     assert md.with_suffix(".log").exists()
+
+
+COMPILE_STRESS = """
+import json, os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+sys.path.insert(0, sys.argv[1])
+import devalloc
+from devalloc import aot
+from numba import types
+from devalloc.gpucheck import stress
+sig = (devalloc.ctx_type, types.int64, types.int64, types.int64, types.int64[:, :])
+ptx, _ = aot.compile_ptx(stress.stress_kernel, sig)
+r = aot.assemble(ptx)
+print(json.dumps({"registers": r.registers, "spills": r.spill_stores + r.spill_loads,
+                  "stack": r.stack_bytes, "membar_sc": r.sass_membar_sc}))
+"""
+
+
+@pytest.mark.slow
+def test_stress_kernel_compiles_for_sm90_without_spills():
+    """What the GPU check launches compiles for real hardware (no GPU needed)."""
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    p = subprocess.run([sys.executable, "-c", COMPILE_STRESS, str(ROOT)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    # 91 registers when written (2 blocks of 256 threads per SM: 16 warps).
+    assert r["spills"] == 0 and r["stack"] == 0 and r["membar_sc"] == 0
+    assert r["registers"] <= 128

@@ -7,7 +7,10 @@ is drawn and the bytes written stay within what a full GPU writes in seconds;
 it, write its key (thread and round) into every 4-byte word, read every word
 back, then free the block, or keep it (1 in 4, blocks of at most
 ``MAX_HELD`` bytes) for 1..16 more rounds and check every word again when it
-is freed. Even warps call ``alloc`` from one site, all lanes together
+is freed. Every other round also takes 16 B..1 KiB of scoped scratch in a
+scope of its own (``mark`` / ``scoped`` / ``release``, chunks from the same
+heap), keyed and checked like the blocks, across the round's ``alloc``.
+Even warps call ``alloc`` from one site, all lanes together
 (converged); odd warps split their lanes over two call sites (divergent), one
 third of the lanes after a detour. A quarter of the draws skip the round
 (Monte-Carlo style: not every thread needs scratch).
@@ -40,8 +43,11 @@ MAX_HELD = 1 << 16
 LARGE_IN = 512
 #: Words of the per-thread result rows: allocations served, NULLs, blocks
 #: that read back another key, requests, bytes served.
-R_ALLOCS, R_NULLS, R_BAD, R_REQUESTS, R_BYTES = range(5)
-ROW = 5
+R_ALLOCS, R_NULLS, R_BAD, R_REQUESTS, R_BYTES, R_SCOPED, R_SCOPED_NULLS = range(7)
+ROW = 7
+#: Largest scoped request; a thread's chunks then stay within SCOPE_PAGES pages.
+MAX_SCOPED = 1024
+SCOPE_PAGES = 4
 MASK31 = 0x7FFFFFFF
 
 
@@ -106,6 +112,10 @@ def stress_kernel(ctx, rounds, seed, max_large, out):
     held_n = 0
     held_key = np.uint32(0)
     held_left = 0
+    scoped_n = 0
+    scoped_nulls = 0
+    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)  # the thread's outermost scope
+    outer = s
     for r in range(rounds):
         if held != devalloc.NULL:
             held_left -= 1
@@ -117,6 +127,21 @@ def stress_kernel(ctx, rounds, seed, max_large, out):
         x, u = _draw(x)
         if u % 4 == 0:
             continue  # this thread needs no scratch this round
+        m = devalloc.mark(ctx, s)  # a scope for this round's scoped scratch
+        s = m
+        sc = devalloc.NULL
+        sn = 0
+        skey = np.uint32(0)
+        if (u >> 2) % 2 == 0:
+            x, d = _draw(x)
+            sn = 16 + d % (MAX_SCOPED - 15)
+            sc, s = devalloc.scoped(ctx, s, sn)
+            if sc == devalloc.NULL:
+                scoped_nulls += 1
+            else:
+                scoped_n += 1
+                skey = np.uint32(((i << 8) | (r & 0xFF) | 0x80000000) & 0xFFFFFFFF)
+                _fill(ctx, sc, sn, skey)
         x, n = _size(x, max_large)
         requests += 1
         if warp % 2 == 0:
@@ -130,21 +155,25 @@ def stress_kernel(ctx, rounds, seed, max_large, out):
             off = devalloc.alloc(ctx, n)
         if off == devalloc.NULL:
             nulls += 1
-            continue
-        allocs += 1
-        served += n
-        key = np.uint32(((i << 8) | (r & 0xFF)) & 0xFFFFFFFF)
-        _fill(ctx, off, n, key)
-        if _intact(ctx, off, n, key) == 0:
-            bad += 1
-        x, k = _draw(x)
-        if held == devalloc.NULL and n <= MAX_HELD and k % 4 == 0:
-            held = off
-            held_n = n
-            held_key = key
-            held_left = 1 + (k >> 2) % 16
         else:
-            devalloc.free(ctx, off)
+            allocs += 1
+            served += n
+            key = np.uint32(((i << 8) | (r & 0xFF)) & 0xFFFFFFFF)
+            _fill(ctx, off, n, key)
+            if _intact(ctx, off, n, key) == 0:
+                bad += 1
+            x, k = _draw(x)
+            if held == devalloc.NULL and n <= MAX_HELD and k % 4 == 0:
+                held = off
+                held_n = n
+                held_key = key
+                held_left = 1 + (k >> 2) % 16
+            else:
+                devalloc.free(ctx, off)
+        if sc != devalloc.NULL and _intact(ctx, sc, sn, skey) == 0:
+            bad += 1  # the scoped block changed while the round's alloc ran
+        s = devalloc.release(ctx, s, m)
+    s = devalloc.release(ctx, s, outer)  # the chunks go back to the heap
     if held != devalloc.NULL:
         if _intact(ctx, held, held_n, held_key) == 0:
             bad += 1
@@ -154,6 +183,8 @@ def stress_kernel(ctx, rounds, seed, max_large, out):
     out[i, R_BAD] = bad
     out[i, R_REQUESTS] = requests
     out[i, R_BYTES] = served
+    out[i, R_SCOPED] = scoped_n
+    out[i, R_SCOPED_NULLS] = scoped_nulls
 
 
 @cuda.jit
@@ -175,7 +206,8 @@ def worst_case_capacity(threads, max_large):
     if every block sat alone in its slab), plus one partly filled slab per
     class and hint slot.
     """
-    per_thread = L.pages_for(MAX_HELD) + max(1, L.pages_for(max(max_large, L.MAX_SMALL)))
+    per_thread = (L.pages_for(MAX_HELD) + max(1, L.pages_for(max(max_large, L.MAX_SMALL)))
+                  + SCOPE_PAGES)
     return (threads * per_thread + L.NCLASSES * L.HINT_SLOTS) * L.PAGE
 
 
@@ -249,6 +281,8 @@ def run(threads=None, rounds=200, seed=1, max_large=1 << 17, capacity=None, warp
         "requests": int(totals[R_REQUESTS]), "allocs": int(totals[R_ALLOCS]),
         "nulls": int(totals[R_NULLS]), "bad_blocks": int(totals[R_BAD]),
         "bytes_served": int(totals[R_BYTES]),
+        "scoped": int(totals[R_SCOPED]), "scoped_nulls": int(totals[R_SCOPED_NULLS]),
+        "scope_misuse": int(u.scope_misuse),
         "heap_allocs": int(u.allocs), "heap_frees": int(u.frees), "heap_failed": int(u.failed),
         "peak": int(u.peak), "in_use_after": int(u.in_use), "reserved_after": int(u.reserved),
         "live_after": int(u.live_blocks),
@@ -262,13 +296,19 @@ def verdict(r):
     wrong = []
     if r["bad_blocks"]:
         wrong.append(f"{r['bad_blocks']} blocks read back another block's key")
-    if r["sized_for_room"] and r["nulls"]:
-        wrong.append(f"{r['nulls']} NULLs on a heap sized for the worst case (the heap had room)")
+    if r["sized_for_room"] and r["nulls"] + r["scoped_nulls"]:
+        wrong.append(f"{r['nulls']} NULLs ({r['scoped_nulls']} scoped) on a heap sized for "
+                     "the worst case (the heap had room)")
+    if r["scope_misuse"]:
+        wrong.append(f"{r['scope_misuse']} scope misuses counted")
     if r["requests"] != r["allocs"] + r["nulls"]:
         wrong.append(f"requests {r['requests']} != served {r['allocs']} + NULLs {r['nulls']}")
-    if (r["heap_allocs"], r["heap_failed"]) != (r["allocs"], r["nulls"]):
+    # A scoped NULL is a chunk the heap could not serve: counted in failed too.
+    if (r["heap_allocs"] != r["allocs"] or
+            not r["nulls"] <= r["heap_failed"] <= r["nulls"] + r["scoped_nulls"]):
         wrong.append(f"the heap counted {r['heap_allocs']} allocs and {r['heap_failed']} "
-                     f"failures; the threads saw {r['allocs']} and {r['nulls']}")
+                     f"failures; the threads saw {r['allocs']} and {r['nulls']} "
+                     f"(+{r['scoped_nulls']} scoped)")
     if r["heap_frees"] != r["heap_allocs"]:
         wrong.append(f"{r['heap_allocs']} allocs but {r['heap_frees']} frees")
     if (r["in_use_after"], r["reserved_after"], r["live_after"]) != (0, 0, 0):
