@@ -27,11 +27,13 @@ Imports no numba.
 from dataclasses import asdict, dataclass
 
 HEAP = "heap"
+#: step_scratch's second heap version (HEAP is its scoped one).
+HEAP_ALLOC_FREE = "heap, alloc/free"
 WORST = "worst case"
 EXACT = "count + scan + exact"
 NRT = "CUDA malloc (NRT)"
 #: The table's order.
-ORDER = (HEAP, EXACT, NRT, WORST)
+ORDER = (HEAP, HEAP_ALLOC_FREE, EXACT, NRT, WORST)
 
 
 @dataclass
