@@ -357,8 +357,18 @@ def summary(name, target, threads, seed, r, seconds):
         "snapshot": None if r.snapshot is None
         else {"label": r.snapshot_label, "usage": r.snapshot.to_dict()},
         "details": details,
+        "methods": _method_rows(r),
         "seconds": round(seconds, 3),
     }
+
+
+def _method_rows(r):
+    """Return the comparison's rows (heap, count + scan, NRT, worst case) as JSON data."""
+    from ._examples import load
+
+    order = load("_methods").ORDER
+    methods = getattr(r, "methods", None) or {}
+    return [methods[k].to_dict() for k in order if k in methods]
 
 
 def _where(target):
@@ -375,7 +385,13 @@ def format_text(s, r):
              f"on {_where(s['target'])}"]
     lines += r.summary_lines()
     lines.append("identical to the worst-case version: "
-                 + ("yes, bit for bit" if s["identical"] else "NO"))
+                 + ("yes, bit for bit (every method below)" if s["identical"] else "NO"))
+    if getattr(r, "methods", None):
+        from ._examples import load
+
+        lines += ["", "the same work, every way (device memory peak: the scratch each "
+                  "method holds at once)"]
+        lines += ["  " + x for x in load("_methods").format_table(r.methods, s["target"])]
     if r.snapshot is not None:
         lines += ["", format_usage(r.snapshot, f"heap usage {r.snapshot_label}")]
     lines += ["", format_usage(r.usage, "heap usage at the end"), ""]
@@ -500,6 +516,11 @@ def demo(args):
                           scheduler=args.scheduler, progress=progress)
         target = run.target()
     else:
+        if target == "gpu":  # so that the time column counts no compilation
+            from ._examples import load
+
+            progress("compiling the kernels")
+            load("_mc").precompile(module)
         r = module.run(threads=args.threads, seed=args.seed, progress=progress,
                        profile=args.profile)
     s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())
