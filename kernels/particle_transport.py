@@ -66,6 +66,8 @@ ENTRY_BYTES = 16
 STACK0 = 2
 #: Largest stack, the depth the worst-case version preallocates per thread.
 MAX_STACK = 256
+#: float64 slots of a MAX_STACK stack (a compile-time constant for a local array).
+STACK_SLOTS = 2 * MAX_STACK
 #: Flights followed per history (a bound for the GPU loop; never reached at
 #: these parameters: the cascade is subcritical, 0.9 particles per collision).
 MAX_FLIGHTS = 4096
@@ -230,7 +232,7 @@ def transport_count(states, out, counts):
     i = cuda.grid(1)
     if i >= counts.shape[0]:
         return
-    stack = cuda.local.array(2 * MAX_STACK, np.float64)
+    stack = cuda.local.array(STACK_SLOTS, np.float64)
     _transport(states, i, out, stack, MAX_STACK)
     counts[i] = 2 * out[i, MAX_DEPTH]
 

@@ -95,6 +95,35 @@ def test_exact_bytes_are_what_the_threads_needed():
     assert r.methods[_methods.EXACT].in_use_bytes is None
 
 
+def test_the_sweeps_model_of_the_heap_peak_is_the_simulators_peak():
+    # bench/sweep.py computes the heap's peak from a size histogram; where every
+    # block is live at once (ragged_walks, before the gather) that is exact.
+    from devalloc import layout as L
+
+    for threads, seed in ((64, 7), (256, 1)):
+        r = rw.run(threads=threads, seed=seed)
+        sizes, counts = np.unique(rw.ITEM_BYTES * r.counts, return_counts=True)
+        assert L.histogram_bytes(dict(zip(sizes.tolist(), counts.tolist()))) == r.heap_peak_bytes
+
+
+def test_histogram_pages_exact():
+    from devalloc import layout as L
+
+    assert L.histogram_pages({}) == 0
+    assert L.histogram_pages({16: 1024}) == 1 and L.histogram_pages({16: 1025}) == 2
+    assert L.histogram_pages({1: 1, 16: 1}) == 1  # one class
+    assert L.histogram_pages({17: 1, 16: 1}) == 2  # two classes, a slab each
+    assert L.histogram_pages({L.MAX_SMALL + 1: 3}) == 3  # large: whole pages each
+    assert L.histogram_pages({L.PAGE + 1: 2}) == 4
+    assert L.histogram_pages({100: 3}, spread=132) == 3  # never more slabs than blocks
+    assert L.histogram_pages({16: 2048}, spread=4) == 2 + 3
+    for bad in ({0: 1}, {16: -1}):
+        with pytest.raises(ValueError, match="sizes >= 1"):
+            L.histogram_pages(bad)
+    with pytest.raises(ValueError, match="spread"):
+        L.histogram_pages({16: 1}, spread=0)
+
+
 def test_combined_shards_add_up_their_rows():
     a = {"x": _methods.Method(name="x", peak_bytes=10, launches=2, syncs=1, identical=True,
                               seconds=0.5)}
