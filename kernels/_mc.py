@@ -504,6 +504,8 @@ def precompile(module):
     for mod in (module, _scan):
         for name, sig in signatures(mod.SIGNATURES).items():
             getattr(mod, name).compile(sig)
+    for name, words in _scan.MORE_SIGNATURES:
+        getattr(_scan, name).compile(signatures({name: words})[name])
     with nrt_enabled():
         for name, sig in signatures(getattr(module, "NRT_SIGNATURES", {})).items():
             getattr(module, name).compile(sig)

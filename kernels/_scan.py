@@ -122,3 +122,6 @@ SIGNATURES = {
     "scan_blocks": "int32 int64 int64",
     "add_block_offsets": "int64 int64",
 }
+#: More argument words a kernel is launched with: the block totals (int64)
+#: are scanned by the same kernel. ``_mc.precompile`` compiles these too.
+MORE_SIGNATURES = [("scan_blocks", "int64 int64 int64")]
