@@ -217,3 +217,31 @@ def test_nrt_twins_and_the_scan_compile_for_sm90():
         assert r["nrt"], name  # np.empty really goes through NRT
     for name in ("scan_blocks", "add_block_offsets"):
         assert rows[name]["spill_bytes"] == 0 and rows[name]["sass_atomics"] == 0
+
+
+def _sweep():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import sweep
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return sweep
+
+
+def test_the_sweeps_histograms_and_crossovers(monkeypatch):
+    sweep = _sweep()
+    h = sweep.histogram(np.array([16, 16, 128, 0, 4000]), np.array([1, 2, 3, 5, 0]))
+    assert h == {16: 3, 128: 3, 0: 5}
+    rows = [{"threads": t, "a": a, "b": 10} for t, a in ((256, 20), (512, 5), (1024, 30),
+                                                            (2048, 9), (4096, 1))]
+    assert sweep.crossover(rows, "a", "b") == 2048  # stays below from 2,048 on
+    assert sweep.crossover(rows[:3], "a", "b") is None
+    monkeypatch.setattr(sweep, "THREADS", [256, 1024])
+    model, module = sweep.MODELS["barrier_option"]
+    rows = sweep.rows_for("barrier_option", model, module, np.random.default_rng(1))
+    for r in rows:
+        assert r["worst"] == bo.worst_case_bytes(r["threads"])
+        assert r["heap_packed"] <= r["heap_spread"]
+        assert r["exact"] < r["count_scan"] and r["classes"] == 1  # one chunk size
+        # Chains of 128 B chunks: the heap holds at least the chunks' bytes.
+        assert r["heap_packed"] >= r["live_blocks"] * bo.CHUNK_BYTES
