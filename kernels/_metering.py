@@ -118,6 +118,24 @@ class Meter:
         m.peak_bytes = m.exact_bytes + m.scan_bytes + (m.peak_bytes or 0)
         return cuda.device_array(max(total, 1), dtype)
 
+    def check(self, reference, outputs):
+        """Set each row's ``identical``; return whether every method that ran agrees.
+
+        ``reference`` is the worst case's output (an array, or a tuple of
+        them); ``outputs`` maps a method's name to its own, alike (device
+        arrays are copied to the host). A name mapped to None did not run.
+        """
+        def host(x):
+            x = x if isinstance(x, tuple) else (x,)
+            return [v if isinstance(v, np.ndarray) else v.copy_to_host() for v in x]
+
+        ref = host(reference)
+        for name, out in outputs.items():
+            if out is not None:
+                self.methods[name].identical = all(
+                    np.array_equal(a, b) for a, b in zip(host(out), ref, strict=True))
+        return all(m.identical is not False for m in self.methods.values())
+
     def nrt(self, heap_bytes, body):
         """Run an NRT twin: ``body(m)`` with ``m`` its row; return what it returns, or None.
 

@@ -458,15 +458,11 @@ def simulate(lc, heap):
                      lambda row: lc.launch(barrier_nrt, lc.states(), pay_nrt, counts_nrt) or True)
 
     a, ca = pay_heap.copy_to_host(), counts_heap.copy_to_host()
-    ref = (pay_ref.copy_to_host(), counts_ref.copy_to_host())
-    outs = {_methods.HEAP: (a, ca), _methods.EXACT: (pay_exact, counts_exact)}
-    if ran_nrt:
-        outs[_methods.NRT] = (pay_nrt, counts_nrt)
-    for name, (p, c) in outs.items():
-        p, c = (v if isinstance(v, np.ndarray) else v.copy_to_host() for v in (p, c))
-        lc.methods[name].identical = np.array_equal(p, ref[0]) and np.array_equal(c, ref[1])
+    same = lc.check((pay_ref, counts_ref), {
+        _methods.HEAP: (a, ca), _methods.EXACT: (pay_exact, counts_exact),
+        _methods.NRT: (pay_nrt, counts_nrt) if ran_nrt else None})
     return lc.shard(
-        identical=all(r.identical is not False for r in lc.methods.values()),
+        identical=same,
         arrays={"payoff": a, "kept": ca}, usages={"end": usage, "snapshot": between})
 
 

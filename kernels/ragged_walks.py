@@ -297,12 +297,10 @@ def simulate(lc, heap):
     compact = compact_d.copy_to_host()[:total]
     ref = ref_d.copy_to_host()[:int(counts_ref.sum())]
     absorbed, absorbed_ref = absorbed_d.copy_to_host(), absorbed_ref_d.copy_to_host()
-    same = {_methods.HEAP: (counts, compact, absorbed), _methods.EXACT: exact}
-    for name, arrays in same.items():
-        lc.methods[name].identical = all(
-            np.array_equal(a, b) for a, b in zip(arrays, (counts_ref, ref, absorbed_ref)))
+    same = lc.check((counts_ref, ref, absorbed_ref),
+                    {_methods.HEAP: (counts, compact, absorbed), _methods.EXACT: exact})
     return lc.shard(
-        identical=all(lc.methods[name].identical for name in same),
+        identical=same,
         arrays={"counts": counts, "compact": compact, "absorbed": absorbed},
         usages={"end": usage, "snapshot": before_gather},
     )

@@ -266,14 +266,10 @@ def simulate(lc, heap):
                      lambda row: lc.launch(path_nrt, lc.states(), nrt) or True)
 
     ref_x = ref.copy_to_host()
-    outs = {_methods.HEAP: scoped_x, _methods.HEAP_ALLOC_FREE: af_x,
-            _methods.EXACT: exact.copy_to_host()}
-    if ran_nrt:
-        outs[_methods.NRT] = nrt.copy_to_host()
-    for name, x in outs.items():
-        lc.methods[name].identical = np.array_equal(x, ref_x)
+    same = lc.check(ref_x, {_methods.HEAP: scoped_x, _methods.HEAP_ALLOC_FREE: af_x,
+                            _methods.EXACT: exact, _methods.NRT: nrt if ran_nrt else None})
     return lc.shard(
-        identical=all(lc.methods[name].identical for name in outs),
+        identical=same,
         arrays={"x": ref_x}, usages={"end": scoped_u, "alloc_free": af_u},
         counts={"failed": scoped_failed + af_failed, **scoped_atomics, **af_atomics})
 

@@ -206,12 +206,10 @@ def simulate(lc, heap):
     ran_nrt = lc.nrt(_mc.malloc_bytes(m.exact_bytes, threads),
                      lambda row: lc.launch(variance_nrt, lc.states(), out_nrt) or True)
 
-    a, ref = out_heap.copy_to_host(), out_ref.copy_to_host()
-    lc.methods[_methods.HEAP].identical = np.array_equal(a, ref)
-    lc.methods[_methods.EXACT].identical = np.array_equal(out_exact.copy_to_host(), ref)
-    if ran_nrt:
-        lc.methods[_methods.NRT].identical = np.array_equal(out_nrt.copy_to_host(), ref)
-    return lc.shard(identical=all(r.identical is not False for r in lc.methods.values()),
+    a = out_heap.copy_to_host()
+    same = lc.check(out_ref, {_methods.HEAP: a, _methods.EXACT: out_exact,
+                              _methods.NRT: out_nrt if ran_nrt else None})
+    return lc.shard(identical=same,
                     arrays={"variance": a}, usages={"end": usage})
 
 
