@@ -18,9 +18,12 @@ on stdout instead of the report. ``--plot`` needs matplotlib
 shards on a local Dask cluster of N worker processes (``--scheduler`` on a
 running cluster; ``pip install 'devalloc[distributed]'``): the same answer
 as one process, and the report adds each worker's heap usage
-(:func:`devalloc.distributed.run_demo`). Exit status 0 when the heap version
-and its twin agree exactly, 1 when they do not, 2 on a usage error, 3 when
-the example's module is not installed.
+(:func:`devalloc.distributed.run_demo`). The report ends with one table
+comparing the heap with count + scan + exact allocation, CUDA's malloc
+through NRT (on a GPU) and the worst case (``kernels/_methods.py``;
+``--json``: ``methods``). Exit status 0 when the heap version and its twins
+agree exactly, 1 when they do not, 2 on a usage error, 3 when the
+example's module is not installed.
 
 Order matters: :func:`devalloc.target.choose` must run before anything
 imports numba (numba reads ``NUMBA_ENABLE_CUDASIM`` once, at import), so this
@@ -52,7 +55,7 @@ EXAMPLES = {
 #: Exit statuses of ``demo`` (2 is also argparse's, for a bad option).
 EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOT_INSTALLED = 0, 1, 2, 3
 EXIT_STATUSES = (
-    "exit status: 0 the heap version and its twin agree bit for bit; 1 they differ; "
+    "exit status: 0 the heap version and its twins agree bit for bit; 1 they differ; "
     "2 a usage error (a bad option, a --plot file that cannot be written); "
     "3 the example is not installed (a broken installation)"
 )

@@ -5,10 +5,12 @@ own figures, ``SIGNATURES`` (kernel name -> argument types, as words for
 :func:`signatures`), ``worst_case_bytes(threads)``, ``SIM_SECONDS_PER_THREAD``
 and three functions:
 
-* ``simulate(lc, heap)`` runs the heap version (on ``heap``) and its
-  worst-case twin on the same random numbers, for the threads of the
-  :class:`Runner` ``lc``, and returns their per-thread outputs as a
-  :class:`Shard`;
+* ``simulate(lc, heap)`` runs the heap version (on ``heap``), its
+  worst-case twin, its count + scan + exact twin and (on a GPU) its NRT
+  twin on the same random numbers, for the threads of the :class:`Runner`
+  ``lc``, each between ``lc.begin`` and ``lc.end`` (a row of the
+  comparison: :mod:`._metering`, :mod:`._methods`), and returns their
+  per-thread outputs as a :class:`Shard`;
 * ``result(shard)`` computes the :class:`Result` from a shard (the answer,
   its error, the example's figures) on the host;
 * ``run(threads, seed, *, capacity, block, progress, debug, profile)`` is
