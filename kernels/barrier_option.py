@@ -28,6 +28,12 @@ The second pass needs the path, but only some of it, for only some paths:
   ``bridge_heap`` reads each kept chain, draws the bridge tests, frees it.
 * ``barrier_worst_case`` / ``bridge_worst_case``: the way it is written
   today: a global ``threads x (NSTEPS + 1)`` array, every path's worst case.
+* ``barrier_count`` / ``barrier_fill`` / ``bridge_exact``: count + scan +
+  exact: the points each path keeps, scanned; the paths again, into an
+  exact buffer; the same bridge pass on it.
+* ``barrier_nrt``: the kept points in a growing ``np.empty`` array (CUDA's
+  malloc through NRT; GPU only), both passes in one thread, since an NRT
+  array cannot outlive it.
 
 Memory: the worst case is (NSTEPS + 1) float64 per path, 264 B; the heap
 holds about 27 % of the paths' chains of 128 B chunks between the passes.

@@ -22,6 +22,12 @@ with a margin: MAX_STACK = 256 entries (4 KiB) per thread.
   twice as large, copy, free the old one (up to MAX_STACK entries).
 * ``transport_worst_case``: the way it is written today: a global array of
   ``threads x MAX_STACK`` entries, the worst case for every history.
+* ``transport_count`` / ``transport_fill``: count + scan + exact: each
+  history's deepest stack, scanned, then the histories again on stacks of
+  exactly that depth. Counting needs the stack itself: the count pass keeps
+  a MAX_STACK one in local memory (set aside per resident thread).
+* ``transport_nrt``: the heap version's growing stack from ``np.empty``
+  (CUDA's malloc through NRT; run on a GPU only).
 
 Memory, measured on the simulator: heap peak 32,768 B (49,152 B in some
 runs: the simulator's thread switching decides how many stacks overlap) vs

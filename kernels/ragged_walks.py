@@ -21,6 +21,10 @@ SITES`` for start s), with their standard errors.
 * ``walk_worst_case`` / ``gather_worst_case``: the way it is written today:
   a ``threads x MAX_STEPS`` array, every walk's worst case, then the same
   gather from its rows.
+* ``walk_count`` / ``walk_fill``: count + scan + exact: count every walk's
+  items, scan the counts on the device, allocate exactly the total, walk
+  again straight into the compact array (no gather). No NRT twin: an
+  ``np.empty`` array dies with its thread, before the gather.
 
 Memory. Every walk's block is live at the gather, so the heap's peak is
 the live bytes plus, per size class in use, the unused rest of its slabs

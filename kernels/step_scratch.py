@@ -14,7 +14,12 @@ bit-identical paths:
   ``scoped`` / ``release``), no atomic per step;
 * ``path_alloc_free``: ``devalloc.alloc`` and ``free`` at every step;
 * ``path_worst_case``: a global ``threads x MAX_K`` array, the way it is
-  written today.
+  written today;
+* ``path_count`` / ``path_fill``: count + scan + exact: each thread's
+  largest k (the count pass draws every number of the path), scanned, and
+  the path again on a buffer of exactly that;
+* ``path_nrt``: each step's buffer from ``np.empty`` (CUDA's malloc through
+  NRT; GPU only).
 
 On the simulator :func:`run` also counts the atomics each heap version
 issued per allocation (``devalloc.sim.atomics.count_atomics``).

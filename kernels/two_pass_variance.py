@@ -11,6 +11,10 @@ that draw fewer than 2 need no scratch at all.
   what the thread drew.
 * ``variance_worst_case``: the way it is written today: a global array of
   ``threads x MAX_SAMPLES`` floats, the worst case for every thread.
+* ``variance_count`` / ``variance_fill``: count + scan + exact (the count
+  pass draws the counts only).
+* ``variance_nrt``: the samples in an ``np.empty`` array (CUDA's malloc
+  through NRT; GPU only).
 
 Both draw from the same per-thread xoroshiro128+ stream (numba.cuda.random),
 so their results are identical bit for bit.
