@@ -40,7 +40,7 @@ holds about 27 % of the paths' chains of 128 B chunks between the passes.
 Measured on the simulator (seed 1): peak 16,384 B vs 67,584 B at 256
 threads; 163,840 B vs 792,000 B at 3,000 threads (seed 5).
 
-Both draw the same numbers from the same per-thread xoroshiro128+ stream, so
+All draw the same numbers from the same per-thread xoroshiro128+ stream, so
 their payoffs are identical. If the heap cannot serve a chunk (``alloc``
 returns NULL, counted in ``usage().failed``) the path's payoff is NaN, and
 the comparison with the twin says so.

@@ -35,7 +35,7 @@ runs: the simulator's thread switching decides how many stacks overlap) vs
 threads (seed 5). On a GPU all threads run at once, so more stacks overlap,
 but only those of the histories that split.
 
-Both draw the same numbers from the same per-thread xoroshiro128+ stream
+All draw the same numbers from the same per-thread xoroshiro128+ stream
 and drop a secondary in the same case (stack at MAX_STACK), so their tallies
 are identical. If the heap cannot serve a stack (``alloc`` returns NULL:
 counted in ``usage().failed``) the secondary is dropped and counted as lost,

@@ -6,7 +6,7 @@ them, and moves by their median (robust to outliers), which needs the ``k``
 values stored and sorted: per-step scratch of a size known only at run
 time, needed only for the duration of the step.
 
-Three versions draw the same numbers (xoroshiro128+, same seeds) and give
+These versions draw the same numbers (xoroshiro128+, same seeds) and give
 bit-identical paths:
 
 * ``path_scoped``: the step's buffer comes from devalloc's scoped scratch:
