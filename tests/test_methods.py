@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = (rw, pt, bo, tpv, ss)
 
 
-@pytest.mark.parametrize("n", [0, 1, 5, 127, 128, 129, 300, 16255, 16256])
+@pytest.mark.parametrize("n", [0, 1, 5, 127, 128, 129, 300,
+                               *(pytest.param(n, marks=pytest.mark.slow) for n in (16255, 16256))])
 def test_the_device_scan_is_numpys_cumsum(n):
     from numba import cuda
 
