@@ -88,7 +88,7 @@ def installed(tmp_path_factory):
 def test_the_wheel_holds_the_examples_as_devalloc_examples(installed):
     _, _, wheel = installed
     names = set(zipfile.ZipFile(wheel).namelist())
-    for module in ["__init__", "_mc", "_script", *cli.EXAMPLES]:
+    for module in ["__init__", "_mc", "_metering", "_methods", "_scan", "_script", *cli.EXAMPLES]:
         assert f"devalloc/examples/{module}.py" in names
     assert not any(n.startswith("kernels/") for n in names)
 
