@@ -6,7 +6,8 @@ checkout), installs it with ``--no-deps`` into a fresh venv whose
 site-packages reuses this venv's packages through a ``.pth`` file (but
 never the checkout, nor an editable install of it), and runs every example
 through ``python -m devalloc demo`` from a folder outside the checkout.
-About 40 s: slow-ish, but part of the default run.
+About 40 s: the wheel and the venv are in the fast tier, the run of every
+example (marked slow) in the full tier (python -m pytest --full).
 """
 
 import json
