@@ -1,0 +1,124 @@
+"""NULLs per million allocations under racing churn, by heap use (issue 25).
+
+The churn of :mod:`devalloc.testing.churn`: ``--threads`` threads (one
+block) of ``--steps`` steps each, keeping up to 4 live blocks of 1..3000 B
+(pseudo-random sizes; a slot's old block is freed before its new one is
+allocated), on an 8 MiB heap with ``sys.setswitchinterval(1e-6)`` so that
+simulator threads switch inside ``alloc`` and ``free``. Before the churn,
+one thread fills the heap to the given use with one-page blocks. Printed per
+use: allocations, NULLs, NULLs per million, the profile's NULL causes
+(``failed_full``: the call saw no page that could serve; ``failed_no_page``:
+any other cause, before issue 25 the only one), lost ``cas`` and pages
+scanned per allocation, and the heap's peak use.
+
+Run: ``.venv/bin/python bench/null_rate.py`` (prints JSON; ``--write``
+also rewrites its section of ``bench/RESULTS.md``).
+"""
+
+import argparse
+import json
+import sys
+import time
+
+from _results import header, markdown_table, simulator_environment, use_simulator, write_section
+
+use_simulator()  # before numba is imported
+
+import numpy as np  # noqa: E402
+
+import devalloc  # noqa: E402
+from devalloc import layout as L  # noqa: E402
+from devalloc.testing import churn as C  # noqa: E402
+
+USES = (0.25, 0.50, 0.75, 0.90, 0.99)
+CAPACITY = 8 << 20
+
+
+def run_one(use, seed, threads, steps, switch):
+    """One churn at ``use``: a dict of counts."""
+    heap = devalloc.Heap(CAPACITY, profile=True)
+    npages = heap.capacity // L.PAGE
+    filled = int(round(use * npages))
+    fill = C.fill_pages(heap, filled)
+    sizes = C.sizes_table(seed, threads, steps)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(switch)
+    try:
+        nulls, bad = C.churn(heap, sizes, block=threads)
+    finally:
+        sys.setswitchinterval(old)
+    u = heap.usage()
+    prof = u.profile
+    return {"use": use, "seed": seed, "allocs": int(sizes.size), "nulls": int(nulls.sum()),
+            "bad": int(bad.sum()), "failed_full": int(prof.get("failed_full", 0)),
+            "failed_no_page": int(prof["failed_no_page"]),
+            "cas_retries": int(prof["cas_retries"]), "pages_scanned": int(prof["pages_scanned"]),
+            "peak_use": u.peak / heap.capacity}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", type=int, default=128)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--uses", type=float, nargs="+", default=list(USES))
+    p.add_argument("--switch", type=float, default=1e-6, help="sys.setswitchinterval during the churn")
+    p.add_argument("--label", default="", help="a name for this run in the JSON (e.g. before/after)")
+    p.add_argument("--write", metavar="JSON", nargs="*",
+                   help="rewrite the RESULTS.md section from these saved outputs (before, after)")
+    a = p.parse_args(argv)
+    if a.write is not None and a.write:
+        write(a.write)
+        return
+    rows = []
+    for use in a.uses:
+        for seed in a.seeds:
+            t0 = time.perf_counter()
+            r = run_one(use, seed, a.threads, a.steps, a.switch)
+            r["seconds"] = round(time.perf_counter() - t0, 1)
+            rows.append(r)
+            print(json.dumps(r), file=sys.stderr)
+    out = {"label": a.label, "threads": a.threads, "steps": a.steps, "switch": a.switch,
+           "seeds": a.seeds, "runs": rows, "by_use": summary(rows)}
+    print(json.dumps(out, indent=1))
+
+
+def summary(rows):
+    """Per use: totals over the seeds and NULLs per million allocations."""
+    out = {}
+    for r in rows:
+        s = out.setdefault(str(r["use"]), {k: 0 for k in (
+            "allocs", "nulls", "failed_full", "failed_no_page", "cas_retries", "pages_scanned")})
+        for k in s:
+            s[k] += r[k]
+        s["peak_use_max"] = max(s.get("peak_use_max", 0), round(r["peak_use"], 3))
+    for s in out.values():
+        s["nulls_per_million"] = round(1e6 * s["nulls"] / s["allocs"])
+        s["residual_per_million"] = round(1e6 * s["failed_no_page"] / s["allocs"])
+    return out
+
+
+def write(paths):
+    """The RESULTS.md section from saved JSON outputs (labelled before/after)."""
+    runs = [json.loads(open(x).read()) for x in paths]
+    cols = [("run", "l"), ("use", "r"), ("allocs", "r"), ("NULLs / 10^6", "r"),
+            ("failed_full", "r"), ("residual (failed_no_page)", "r"),
+            ("lost cas / alloc", "r"), ("pages scanned / alloc", "r"), ("peak use", "r")]
+    rows = []
+    for r in runs:
+        for use, s in r["by_use"].items():
+            rows.append((r["label"], f"{float(use):.0%}", s["allocs"], s["nulls_per_million"],
+                         s["failed_full"], s["failed_no_page"],
+                         f"{s['cas_retries'] / s['allocs']:.3f}",
+                         f"{s['pages_scanned'] / s['allocs']:.3f}", f"{s['peak_use_max']:.0%}"))
+    r0 = runs[0]
+    cmd = (f".venv/bin/python bench/null_rate.py --threads {r0['threads']} --steps {r0['steps']} "
+           f"--seeds {' '.join(map(str, r0['seeds']))} --label LABEL > LABEL.json; "
+           f"bench/null_rate.py --write before.json after.json")
+    lines = header("NULL rate under racing churn (issue 25)", cmd, simulator_environment())
+    lines += [markdown_table(cols, rows), ""]
+    write_section("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
