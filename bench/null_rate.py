@@ -89,7 +89,8 @@ def summary(rows):
     for r in rows:
         s = out.setdefault(str(r["use"]), {k: 0 for k in (
             "allocs", "nulls", "failed_full", "failed_no_page", "cas_retries", "pages_scanned")})
-        for k in s:
+        for k in ("allocs", "nulls", "failed_full", "failed_no_page", "cas_retries",
+                  "pages_scanned"):
             s[k] += r[k]
         s["peak_use_max"] = max(s.get("peak_use_max", 0), round(r["peak_use"], 3))
     for s in out.values():
