@@ -1,5 +1,7 @@
 """The churn of issue 25, shared by tests/test_null_sim.py and bench/null_rate.py.
 
+Plus racing ``bump`` and scoped scratch (:func:`bumps`, :func:`scopes`).
+
 Every thread runs ``steps`` steps over ``slots`` slots: step ``i`` frees
 the block in slot ``i % slots`` (if any) and then allocates the next size
 of its row of ``sizes``, keeping it in the slot. It writes the block's first
@@ -16,7 +18,7 @@ import numpy as np
 from numba import cuda
 
 from .. import layout as L
-from ..device.api import alloc, free
+from ..device.api import alloc, bump, free, mark, release, scoped
 
 NULL = L.NULL
 #: Live blocks per thread: the slots of the churn.
@@ -44,8 +46,8 @@ def _churn(ctx, sizes, nulls, bad, held):
         if off != NULL:
             if arena[off] != mark or arena[off + held[t, SLOTS + slot] - 1] != mark:
                 bad[t] += 1
-            free(ctx, off)
-            held[t, slot] = NULL
+        free(ctx, off)  # NULL too: convergent, as the simulator's warp mode needs
+        held[t, slot] = NULL
         n = sizes[t, i]
         off = alloc(ctx, n)
         if off == NULL:
@@ -56,9 +58,34 @@ def _churn(ctx, sizes, nulls, bad, held):
             held[t, slot] = off
             held[t, SLOTS + slot] = n
     for slot in range(SLOTS):
-        if held[t, slot] != NULL:
-            free(ctx, held[t, slot])
-            held[t, slot] = NULL
+        free(ctx, held[t, slot])
+        held[t, slot] = NULL
+
+
+@cuda.jit
+def _bumps(ctx, sizes, nulls):
+    # Every thread bumps its row of sizes (never freed until reset).
+    t = cuda.grid(1)
+    if t < sizes.shape[0]:
+        for i in range(sizes.shape[1]):
+            if bump(ctx, sizes[t, i]) == NULL:
+                nulls[t] += 1
+
+
+@cuda.jit
+def _scopes(ctx, sizes, nulls):
+    # Every thread opens a scope per step, takes scoped scratch of its row's
+    # sizes (from step i: i % 4 + 1 of them), and releases it.
+    t = cuda.grid(1)
+    if t < sizes.shape[0]:
+        for i in range(sizes.shape[1]):
+            m = mark(ctx, L.SCOPE_NONE)
+            s = m
+            for j in range(i % 4 + 1):
+                off, s = scoped(ctx, s, sizes[t, (i + j) % sizes.shape[1]])
+                if off == NULL:
+                    nulls[t] += 1
+            release(ctx, s, m)
 
 
 def sizes_table(seed, threads, steps, low=1, high=3000, large=0.0, large_max=40_000):
@@ -78,6 +105,23 @@ def fill_pages(heap, pages):
     if (got == NULL).any():
         raise RuntimeError(f"the heap could not hold {pages} pages to fill it")
     return got
+
+
+def _launch(kernel, heap, sizes, block, *extra):
+    threads = sizes.shape[0]
+    nulls = cuda.to_device(np.zeros(threads, np.int64))
+    kernel[(threads + block - 1) // block, block](heap.ctx, cuda.to_device(sizes), nulls, *extra)
+    return nulls.copy_to_host()
+
+
+def bumps(heap, sizes, block=32):
+    """Every thread bumps its row of ``sizes``; return the NULLs per thread."""
+    return _launch(_bumps, heap, sizes, block)
+
+
+def scopes(heap, sizes, block=32):
+    """Every thread takes scoped scratch of its row of ``sizes``; NULLs per thread."""
+    return _launch(_scopes, heap, sizes, block)
 
 
 def churn(heap, sizes, block=32):
