@@ -52,6 +52,7 @@ def run_one(use, seed, threads, steps, switch):
     return {"use": use, "seed": seed, "allocs": int(sizes.size), "nulls": int(nulls.sum()),
             "bad": int(bad.sum()), "failed_full": int(prof.get("failed_full", 0)),
             "failed_no_page": int(prof["failed_no_page"]),
+            "separated": "failed_full" in prof,
             "cas_retries": int(prof["cas_retries"]), "pages_scanned": int(prof["pages_scanned"]),
             "peak_use": u.peak / heap.capacity}
 
@@ -66,9 +67,11 @@ def main(argv=None):
     p.add_argument("--label", default="", help="a name for this run in the JSON (e.g. before/after)")
     p.add_argument("--write", metavar="JSON", nargs="*",
                    help="rewrite the RESULTS.md section from these saved outputs (before, after)")
+    p.add_argument("--retry", metavar="JSON", nargs="*", default=[],
+                   help="with --write: bench/retry_cost.py outputs (before, after) to add")
     a = p.parse_args(argv)
     if a.write is not None and a.write:
-        write(a.write)
+        write(a.write, a.retry)
         return
     rows = []
     for use in a.uses:
@@ -99,25 +102,56 @@ def summary(rows):
     return out
 
 
-def write(paths):
+def write(paths, retry=()):
     """The RESULTS.md section from saved JSON outputs (labelled before/after)."""
     runs = [json.loads(open(x).read()) for x in paths]
-    cols = [("run", "l"), ("use", "r"), ("allocs", "r"), ("NULLs / 10^6", "r"),
-            ("failed_full", "r"), ("residual (failed_no_page)", "r"),
+    cols = [("run", "l"), ("filled", "r"), ("allocs", "r"), ("NULLs", "r"),
+            ("NULLs / 10^6", "r"), ("failed_full", "r"), ("residual", "r"),
             ("lost cas / alloc", "r"), ("pages scanned / alloc", "r"), ("peak use", "r")]
     rows = []
     for r in runs:
+        sep = all(x.get("separated") for x in r["runs"])
         for use, s in r["by_use"].items():
-            rows.append((r["label"], f"{float(use):.0%}", s["allocs"], s["nulls_per_million"],
-                         s["failed_full"], s["failed_no_page"],
+            full = s["failed_full"] if sep else "n/a"
+            resid = s["failed_no_page"] - s["failed_full"] if sep else f"({s['failed_no_page']})"
+            rows.append((r["label"], f"{float(use):.0%}", s["allocs"], s["nulls"],
+                         s["nulls_per_million"], full, resid,
                          f"{s['cas_retries'] / s['allocs']:.3f}",
                          f"{s['pages_scanned'] / s['allocs']:.3f}", f"{s['peak_use_max']:.0%}"))
     r0 = runs[0]
     cmd = (f".venv/bin/python bench/null_rate.py --threads {r0['threads']} --steps {r0['steps']} "
            f"--seeds {' '.join(map(str, r0['seeds']))} --label LABEL > LABEL.json; "
-           f"bench/null_rate.py --write before.json after.json")
+           ".venv/bin/python bench/retry_cost.py [--root OLD_CHECKOUT] > retry_LABEL.json; "
+           ".venv/bin/python bench/null_rate.py --write before.json after.json "
+           "--retry retry_before.json retry_after.json")
     lines = header("NULL rate under racing churn (issue 25)", cmd, simulator_environment())
-    lines += [markdown_table(cols, rows), ""]
+    lines += [
+        f"{r0['threads']} threads (one block), {r0['steps']} steps each, up to 4 live blocks of "
+        "1..3000 B per thread (a slot's old block freed before its new one is allocated), "
+        f"8 MiB heap, `sys.setswitchinterval({r0['switch']:g})`, seeds "
+        f"{', '.join(map(str, r0['seeds']))} (totals over them). *filled*: the share of the "
+        "arena's pages one thread took with one-page blocks before the churn; the churn's own "
+        "blocks come on top (*peak use*: the heap's peak, so at 90 % and 99 % the heap is "
+        "really full and NULLs are due). *before*: main before issue 25, whose profile had no "
+        "`failed_full` (its NULLs, in brackets, were all `failed_no_page`: at 25 % to 75 % "
+        "filled every one of them was a lost race); *after*: this branch, where *residual* is "
+        "`failed_no_page - failed_full` (`failed_residual`), NULLs that no search proved. "
+        "Simulator figures; the GPU check fills in GPU ones when it runs.", "",
+        markdown_table(cols, rows), ""]
+    if retry:
+        rr = [json.loads(open(x).read()) for x in retry]
+        cols = [("contended path (sm_90)", "l")] + [(f"{lab} instructions", "r") for lab in
+                                                    ("before", "after")[:len(rr)]]
+        cols += [(f"{lab} retry cost", "r") for lab in ("before", "after")[:len(rr)]]
+        rows = []
+        for name, v in rr[-1]["paths"].items():
+            rows.append((f"`{name}`: {v['what']} (uncontended twin `{v['uncontended']}`)",
+                         *[x["paths"][name]["instructions"] for x in rr],
+                         *[x["paths"][name]["retry_cost"] for x in rr]))
+        lines += ["What one lost race costs the losing call, in walked SASS instructions "
+                  "(`bench/retry_cost.py`: the contended twins of the probes' walked paths; "
+                  "retry cost = contended minus uncontended). Lost `cas` per allocation under "
+                  "the churn: the table above.", "", markdown_table(cols, rows), ""]
     write_section("\n".join(lines))
 
 
