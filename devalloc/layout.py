@@ -267,7 +267,7 @@ H_SPREAD_MAX = 6
 #: (log2 of the hint slots in use; 0 after a reset: one slot), then HINT_SLOTS
 #: hints, page + 1 of a slab that recently served the class (0: none yet).
 #: A warp uses slot ``warp number mod 2**spread`` (:func:`hint_word`); a
-#: leader that gives up on its slot's slab after SLAB_TRIES lost ``cas``
+#: leader that passes its slot's slab over after SLAB_TRIES lost ``cas``
 #: widens the spread by one (``max``, up to H_SPREAD_MAX), so a class fills
 #: one slab while it is calm and up to 2**H_SPREAD_MAX side by side under
 #: contention. The spread word and slot 0 share a 128-byte line: a calm

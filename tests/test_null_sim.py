@@ -157,3 +157,21 @@ def test_half_full_heap_with_large_blocks_and_many_threads_gets_no_null(seed):
     sizes = C.sizes_table(seed, 128, 40, large=0.05, large_max=3 * L.PAGE)
     nulls, u, heap = run_churn(sizes, fill=0.2)
     assert_no_nulls(nulls, u, heap, 0.5)
+
+
+def test_null_rate_bench_prints_json_with_its_counts():
+    import json
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "bench" / "null_rate.py"
+    proc = subprocess.run([sys.executable, str(script), "--threads", "16", "--steps", "6",
+                           "--seeds", "1", "--uses", "0.25", "0.99", "--label", "t"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    quarter, full = out["by_use"]["0.25"], out["by_use"]["0.99"]
+    assert out["label"] == "t" and quarter["allocs"] == full["allocs"] == 96
+    assert quarter["nulls"] == 0 and full["nulls"] > 0
+    assert full["failed_full"] == full["nulls"] == full["failed_no_page"]
+    assert all(r["separated"] and r["bad"] == 0 for r in out["runs"])

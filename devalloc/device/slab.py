@@ -318,7 +318,7 @@ def _room_drop(meta, npages, c, p):
 def _widen(meta, c, e, prof):
     """Widen class ``c``'s spread from ``e`` to ``e + 1``, unless at the heap's most.
 
-    Called by a leader that gave up on its hinted slab (BUSY). Atomics: one
+    Called by a leader that passed its hinted slab over (BUSY). Atomics: one
     ``max`` on the spread word when below H_SPREAD_MAX (read relaxed: set at
     reset, never changed by a kernel).
     """
@@ -398,7 +398,7 @@ def _seek(meta, npages, c, want, prof):
     """Return a reserved grant of up to ``want`` blocks of class ``c``, or 0.
 
     First the page the warp's hint slot names (slot: the warp number modulo
-    the class's spread); giving up on it after SLAB_TRIES lost ``cas``
+    the class's spread); passing it over after SLAB_TRIES lost ``cas``
     widens the class's spread (:func:`_widen`). Then :func:`_search`.
 
     Who calls: :func:`_find`. Atomics: those of the ``_reserve``s tried, the
