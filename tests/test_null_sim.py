@@ -69,7 +69,7 @@ def test_mixed_small_churn_of_many_threads_gets_no_null(seed):
 @pytest.mark.parametrize("seed", [4, 5])
 def test_churn_with_large_blocks_mixed_in_gets_no_null(seed):
     # One allocation in ten is a large block of 2..3 pages.
-    sizes = C.sizes_table(seed, 64, 30, large=0.1, large_max=3 * L.PAGE)
+    sizes = C.sizes_table(seed, 128, 20, large=0.1, large_max=3 * L.PAGE)
     nulls, u, heap = run_churn(sizes, fill=0.1)
     assert_no_nulls(nulls, u, heap, 0.5)
 
@@ -79,7 +79,7 @@ def test_churn_with_large_blocks_mixed_in_gets_no_null(seed):
 def test_warp_converged_groups_get_no_null(seed):
     # Warp mode: the lanes of a warp ask for one size at each step, so each
     # warp's allocation is one group of 32 lanes served by its leader.
-    rows = C.sizes_table(seed, 2, 20)
+    rows = C.sizes_table(seed, 4, 20)
     sizes = np.repeat(rows, 32, axis=0)  # warp w: row w for all its lanes
     nulls, u, heap = run_churn(sizes, fill=0.25, mode="warp")
     assert_no_nulls(nulls, u, heap, 0.5)
@@ -90,8 +90,8 @@ def test_warp_converged_groups_get_no_null(seed):
 def test_warp_divergent_groups_get_no_null(seed):
     # Warp mode, lanes of a warp asking for 4 different sizes at each step
     # (4 groups per warp, racing each other and the other warp's groups).
-    rows = C.sizes_table(seed, 8, 20)
-    sizes = np.stack([rows[(t // 32) * 4 + t % 4] for t in range(64)])
+    rows = C.sizes_table(seed, 16, 20)
+    sizes = np.stack([rows[(t // 32) * 4 + t % 4] for t in range(128)])
     nulls, u, heap = run_churn(sizes, fill=0.25, mode="warp")
     assert_no_nulls(nulls, u, heap, 0.5)
 
@@ -99,7 +99,7 @@ def test_warp_divergent_groups_get_no_null(seed):
 @pytest.mark.usefixtures("racing")
 @pytest.mark.parametrize("seed", [10, 11])
 def test_heap_filled_to_90_percent_churns_without_null_while_a_page_per_thread_is_left(seed):
-    threads = 32
+    threads = 64
     sizes = C.sizes_table(seed, threads, 30, high=1000)
     nulls, u, heap = run_churn(sizes, capacity=16 * MIB, fill=0.9)
     room = (heap.capacity - u.peak) // L.PAGE
