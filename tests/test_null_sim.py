@@ -28,12 +28,9 @@ MIB = 1 << 20
 
 
 @pytest.fixture
-def racing():
-    """Switch simulator threads every microsecond (finer than conftest's fine_interleaving)."""
-    old = sys.getswitchinterval()
+def racing(fine_interleaving):
+    """Switch simulator threads every microsecond (fine_interleaving restores the interval)."""
     sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
 
 
 def run_churn(sizes, capacity=8 * MIB, fill=0.0, block=None, debug=False, mode="single"):
