@@ -125,7 +125,7 @@ class Scenario:
     spread_max: int = 0
     preset_spread: int = 0
     #: Module constants replaced while this scenario runs, as (name, value)
-    #: pairs, e.g. ("SLAB_TRIES", 1): a contended slab given up after one
+    #: pairs, e.g. ("SLAB_TRIES", 1): a contended slab passed over after one
     #: lost ``cas``, which two threads reach in a few steps.
     constants: tuple = ()
 
