@@ -20,7 +20,8 @@ from devalloc import __main__ as cli
 
 KEYS = {"example", "target", "threads", "seed", "answer_name", "answer", "stderr",
         "expected", "expected_label", "identical", "heap_peak_bytes", "worst_case_bytes",
-        "saved_bytes", "saved_fraction", "usage", "snapshot", "details", "seconds"}
+        "saved_bytes", "saved_fraction", "usage", "snapshot", "details", "seconds",
+        "methods"}
 USAGE_KEYS = {"capacity", "in_use", "reserved", "peak", "allocs", "frees", "failed",
               "invalid_frees", "live_blocks", "classes", "bump_allocs", "bump_bytes",
               "scoped_bytes", "scope_misuse", "large_blocks", "scoped_chunks", "profile"}
@@ -42,6 +43,10 @@ def test_demo_json_end_to_end_from_outside_the_repository(tmp_path):
     assert s["target"] in ("gpu", "simulator")
     assert (s["threads"], s["seed"]) == (96, 3)
     assert s["identical"] is True
+    rows = {m["name"]: m for m in s["methods"]}  # the comparison table's rows (issue 30)
+    assert {"heap", "count + scan + exact", "CUDA malloc (NRT)", "worst case"} <= set(rows)
+    assert rows["heap"]["identical"] and rows["count + scan + exact"]["identical"]
+    assert rows["heap"]["peak_bytes"] == s["heap_peak_bytes"]
     u = s["usage"]
     assert s["heap_peak_bytes"] == u["peak"] > 0
     assert s["worst_case_bytes"] == 96 * 1024 * 4  # ragged_walks: MAX_STEPS int32 per thread
