@@ -101,8 +101,11 @@ def test_the_full_tier_is_every_test(tiers):
     fast, full = tiers
     assert len(set(full)) == len(full) >= TESTS_BEFORE_TIERS
     assert set(fast) < set(full)
-    # -m "slow or not slow" is the same full tier.
+    # -m "slow or not slow" is the same full tier; .ci/run's two commands,
+    # the fast tier and -m slow, run every test of it once.
     assert collect("-m", "slow or not slow") == full
+    slow = collect("-m", "slow")
+    assert sorted(fast + slow) == sorted(full)
 
 
 def test_naming_a_slow_test_runs_it():
