@@ -15,9 +15,9 @@ SITES`` for start s), with their standard errors.
   is known only at the end of the walk, so the thread walks twice from the
   same saved RNG state: once to count the steps, once, after ``alloc``, to
   write them. It leaves the block's offset and item count for the host,
-  which computes every walk's place in the compact array (a prefix sum);
-  ``gather_heap`` then copies each block there and frees it. The blocks
-  live from the first kernel to the second: that is the heap's peak.
+  where ``heap.gather`` (a prefix sum and one copy kernel on the device)
+  puts every block in one compact array and frees it. The blocks live from
+  the walk to the gather: that is the heap's peak.
 * ``walk_worst_case`` / ``gather_worst_case``: the way it is written today:
   a ``threads x MAX_STEPS`` array, every walk's worst case, then the same
   gather from its rows.
@@ -110,19 +110,6 @@ def walk_heap(ctx, states, offsets, counts, absorbed):
     offsets[i] = off  # NULL when the heap is full: the walk is missing
     if off != devalloc.NULL:
         _walk(states, i, devalloc.view(ctx, off, n, np.int32), True)
-
-
-@cuda.jit
-def gather_heap(ctx, offsets, counts, starts, compact):
-    i = cuda.grid(1)
-    if i >= counts.shape[0] or offsets[i] == devalloc.NULL:
-        return
-    items = devalloc.view(ctx, offsets[i], counts[i], np.int32)
-    s = starts[i]
-    for j in range(items.shape[0]):
-        compact[s + j] = items[j]
-    devalloc.free(ctx, offsets[i])
-    offsets[i] = devalloc.NULL
 
 
 @cuda.jit
@@ -221,12 +208,10 @@ def simulate(lc, heap):
     lc.launch(walk_heap, heap.ctx, lc.states(), offsets, counts_d, absorbed_d)
     before_gather = heap.usage()  # every trajectory is live here
     counts = counts_d.copy_to_host()
-    starts = _starts(counts)
     total = int(counts.sum())
     lc.say(f"gather: {before_gather.live_blocks} blocks, {total} items")
-    compact_d = cuda.to_device(np.full(max(total, 1), -1, np.int32))
-    lc.launch(gather_heap, heap.ctx, offsets, counts_d, cuda.to_device(starts),
-              _mc.Whole(compact_d))
+    # Every block into one array, freed; a walk the heap could not serve is -1s.
+    compact_d, _ = heap.gather(offsets, counts_d, np.int32, fill=-1)
     usage = lc.finish(heap, heap.debug)
 
     lc.say(f"worst-case version: {threads} x {MAX_STEPS} items")
@@ -298,7 +283,6 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
 #: Kernel name -> argument words of :func:`_mc.signatures`.
 SIGNATURES = {
     "walk_heap": "ctx states int64 int32 boolean",
-    "gather_heap": "ctx int64 int32 int64 int32",
     "walk_worst_case": "int32[2] states int32 boolean",
     "gather_worst_case": "int32[2] int32 int64 int32",
 }

@@ -48,8 +48,8 @@ def check_view_args(off, count, dtype):
     """
     if not isinstance(off, types.Integer) or not _dims(count):
         raise TypingError(
-            "devalloc.view: off must be an integer and count an integer or a tuple of "
-            f"1 to 3 integers (a shape), got {off} and {count}")
+            "devalloc.view: off and count must be integers (count: an integer, or a tuple "
+            f"of 1 to 3 integers for a shape), got {off} and {count}")
     return element_type(dtype)
 
 

@@ -316,7 +316,7 @@ def free_array(ctx, arr):
 def _misaligned(ctx, off, align):
     """Debug heaps: record a view at ``off`` not a multiple of ``align``; its offset, or NULL."""
     o = int64(off)
-    if o & (align - 1) != 0:
+    if o != L.NULL and o & (align - 1) != 0:  # a view of NULL is empty, not misuse
         debug._record(ctx.debug, L.KIND_MISALIGNED_VIEW, o)
         return int64(L.NULL)
     return o
