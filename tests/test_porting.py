@@ -482,3 +482,37 @@ def test_carve_lays_out_mixed_dtypes_in_one_block(kw):
     assert end == p == 28 + 4 + 56 + 56 + 28  # int32[7], pad 4, 2 x float64[7], int32[7]
     if kw.get("debug"):
         heap.check()  # no misaligned view, no guard overwritten
+
+
+@cuda.jit
+def k_alloc_one(ctx, n, offs):
+    offs[0] = devalloc.alloc(ctx, n)
+
+
+@cuda.jit
+def k_realloc_one(ctx, n, offs):
+    offs[1] = devalloc.realloc(ctx, offs[0], n)
+
+
+@cuda.jit
+def k_usable_one(ctx, offs):
+    offs[1] = devalloc.usable_size(ctx, offs[0])
+
+
+@pytest.mark.parametrize("first,second,moves", [(100, 112, False), (128, 113, False),
+                                                (20000, 30000, False), (100, 129, True),
+                                                (8192, 8193, True)])
+def test_realloc_in_place_takes_no_atomic(first, second, moves):
+    from devalloc.sim.atomics import count_atomics
+
+    heap = devalloc.Heap(1 << 18)
+    offs = cuda.to_device(np.zeros(2, dtype=np.int64))
+    k_alloc_one[1, 1](heap.ctx, first, offs)
+    with count_atomics() as n:
+        k_usable_one[1, 1](heap.ctx, offs)
+    assert n.total == 0 and offs.copy_to_host()[1] == B.served_size(first)
+    with count_atomics() as n:
+        k_realloc_one[1, 1](heap.ctx, second, offs)
+    old, new = offs.copy_to_host().tolist()
+    assert (new != old) == moves
+    assert (n.total > 0) == moves, n.by_kind

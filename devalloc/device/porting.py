@@ -31,6 +31,12 @@ else:
     from .intrinsics import view as _raw_view
 
 
+#: Device functions NVVM must inline (``forceinline``: out of line, the
+#: observed realloc took a stack frame on sm_90); the simulator has no such option.
+_inlined = (cuda.jit(device=True) if config.ENABLE_CUDASIM
+            else cuda.jit(device=True, forceinline=True))
+
+
 # ------------------------------------------------------------ block sizes
 
 @cuda.jit(device=True)
@@ -141,7 +147,7 @@ def _zero(ctx, off, n):
         arena[off + j] = 0
 
 
-@cuda.jit(device=True, forceinline=True)
+@_inlined
 def _move(ctx, o, n, keep):
     """Allocate ``n`` bytes, copy ``keep`` from ``o``, free ``o``; NULL leaves ``o`` alone."""
     new = api.alloc(ctx, n)
@@ -153,7 +159,7 @@ def _move(ctx, o, n, keep):
 
 # ------------------------------------------------------------ realloc
 
-@cuda.jit(device=True, forceinline=True)
+@_inlined
 def _realloc_normal(ctx, off, nbytes):
     o = int64(off)
     n = int64(nbytes)
@@ -168,7 +174,7 @@ def _realloc_normal(ctx, off, nbytes):
     return _move(ctx, o, n, min(have, n))
 
 
-@cuda.jit(device=True, forceinline=True)
+@_inlined
 def _realloc_debug(ctx, off, nbytes):
     o = int64(off)
     n = int64(nbytes)
@@ -192,7 +198,7 @@ def _realloc_debug(ctx, off, nbytes):
     return _move(ctx, o, n, min(used, n))
 
 
-@cuda.jit(device=True, forceinline=True)
+@_inlined
 def _realloc_observed(ctx, off, nbytes):
     if ctx.debug.shape[0] > 0:
         return _realloc_debug(ctx, off, nbytes)
