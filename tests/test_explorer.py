@@ -134,6 +134,8 @@ CAUGHT = {
                                    "free_small_leader_bit_only"),
     # Bump allocation, explored since the device/ package came under the explorer.
     "claim_plain_update": ("bump_race", {"no overlap"}, "claim_plain_update"),
+    # The porting API: a realloc that frees before it copies.
+    "move_free_first": ("realloc_vs_alloc_write", {"block contents"}, "_state_size"),
 }
 
 

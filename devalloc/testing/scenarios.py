@@ -182,6 +182,13 @@ EXHAUSTIVE = (
         _t(0, 0, (A, 100), (W, 0), (R, 0, 110), (R, 0, 9000), (V, 0)),
         _t(1, 0, (A, 100), (F, 0)),
     )),
+    # realloc racing another thread's alloc, write and free: the old block's
+    # bytes stay T0's until they are copied (a free before the copy would
+    # let T1 take the retired page and write over them).
+    Scenario("realloc_vs_alloc_write", 2, (
+        _t(0, 0, (A, 48), (W, 0), (R, 0, 4096), (V, 0)),
+        _t(1, 0, (A, 4096), (W, 0), (F, 0)),
+    )),
     # One page, which T0's own 48-byte block keeps a slab: the move to 4096
     # bytes fails (NULL, the old block intact and still T0's) whatever T1 does.
     Scenario("realloc_fails_on_one_page", 1, (
