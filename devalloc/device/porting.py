@@ -149,9 +149,13 @@ def _zero(ctx, off, n):
 
 @_inlined
 def _move(ctx, o, n, keep):
-    """Allocate ``n`` bytes, copy ``keep`` from ``o``, free ``o``; NULL leaves ``o`` alone."""
+    """Allocate ``n`` bytes, copy ``keep`` from ``o``, free ``o``; NULL leaves ``o`` alone.
+
+    ``o`` NULL: only the allocation (``realloc(NULL, n)``; one call site of
+    ``alloc``, so the kernel carries one inlined copy of it).
+    """
     new = api.alloc(ctx, n)
-    if new != L.NULL:
+    if new != L.NULL and o != L.NULL:
         _copy(ctx, new, o, keep)
         api.free(ctx, o)
     return new
@@ -163,39 +167,40 @@ def _move(ctx, o, n, keep):
 def _realloc_normal(ctx, off, nbytes):
     o = int64(off)
     n = int64(nbytes)
-    if o == L.NULL:
-        return api.alloc(ctx, n)
-    have = _state_size(ctx, o)
-    if have == 0:
-        _count(ctx.meta, L.S_INVALID)
-        return int64(L.NULL)
-    if B.served_size(n) == have:
-        return o  # the block alloc(n) would hand out is this one's size
-    return _move(ctx, o, n, min(have, n))
+    keep = int64(0)
+    if o != L.NULL:
+        have = _state_size(ctx, o)
+        if have == 0:
+            _count(ctx.meta, L.S_INVALID)
+            return int64(L.NULL)
+        if B.served_size(n) == have:
+            return o  # the block alloc(n) would hand out is this one's size
+        keep = min(have, n)
+    return _move(ctx, o, n, keep)
 
 
 @_inlined
 def _realloc_debug(ctx, off, nbytes):
     o = int64(off)
     n = int64(nbytes)
-    if o == L.NULL:
-        return api.alloc(ctx, n)
-    size = debug._block_size(ctx.meta, _npages(ctx), o)
-    if size == 0:
-        _invalid(ctx, o)
-        _count(ctx.meta, L.S_INVALID)
-        return int64(L.NULL)
-    used = size - int64(ctx.sizes[o >> L.DEBUG_SLOT_SHIFT])
-    if n > 0 and B.served_size(max(n + L.GUARD, L.DEBUG_MIN_BLOCK)) == size:
-        # In place: check the old guard, then move it after the new size.
-        if not debug.guard_intact(ctx, o, size):
-            debug._record(ctx.debug, L.KIND_GUARD, o)
-        arena = ctx.arena
-        for j in range(L.GUARD):
-            arena[o + n + j] = L.GUARD_BYTE
-        ctx.sizes[o >> L.DEBUG_SLOT_SHIFT] = size - n
-        return o
-    return _move(ctx, o, n, min(used, n))
+    keep = int64(0)
+    if o != L.NULL:
+        size = debug._block_size(ctx.meta, _npages(ctx), o)
+        if size == 0:
+            _invalid(ctx, o)
+            _count(ctx.meta, L.S_INVALID)
+            return int64(L.NULL)
+        if n > 0 and B.served_size(max(n + L.GUARD, L.DEBUG_MIN_BLOCK)) == size:
+            # In place: check the old guard, then move it after the new size.
+            if not debug.guard_intact(ctx, o, size):
+                debug._record(ctx.debug, L.KIND_GUARD, o)
+            arena = ctx.arena
+            for j in range(L.GUARD):
+                arena[o + n + j] = L.GUARD_BYTE
+            ctx.sizes[o >> L.DEBUG_SLOT_SHIFT] = size - n
+            return o
+        keep = min(size - int64(ctx.sizes[o >> L.DEBUG_SLOT_SHIFT]), n)
+    return _move(ctx, o, n, keep)
 
 
 @_inlined
