@@ -22,7 +22,7 @@ MEASURED = {
     "array": (44, 48, 66),
     "view_shape": (32, 32, 32),
     "calloc": (43, 43, 60),
-    "realloc": (48, 53, 74),
+    "realloc": (48, 48, 64),
     "usable_size": (15, 40, 38),
     "alloc_aligned": (40, 44, 60),
     "carve": (44, 54, 66),
