@@ -18,9 +18,11 @@ from . import layout as L
 
 #: Threads per block of the gather's kernels other than the scan.
 THREADS = 256
-#: Most threads the copy kernel launches (it loops over the rest); on the
-#: simulator a few, since each thread there is a Python thread.
+#: Most threads the copy kernel launches (each copies a stretch of items);
+#: on the simulator a few, since each thread there is a Python thread.
 MAX_COPY_THREADS = 256 if config.ENABLE_CUDASIM else 1 << 20
+#: Fewest items a copy thread copies (a warp writes 32 such stretches in a row).
+COPY_CHUNK = 4
 
 
 def _scalar_dtype(dtype, who):
@@ -58,13 +60,18 @@ def _rows(values, name, stream):
 def _exclusive_scan(kernels, vals, stream):
     """Return the exclusive prefix sums of int64 device array ``vals`` (same length)."""
     n = vals.shape[0]
-    t = kernels.SCAN_THREADS
-    blocks = (n + t - 1) // t
+    span = kernels.SCAN_SPAN
+    blocks = (n + span - 1) // span
+    # Threads per block: enough for SCAN_ITEMS values each, a power of two.
+    threads = kernels.SCAN_THREADS
+    while threads > 1 and (threads // 2) * kernels.SCAN_ITEMS >= n:
+        threads //= 2
     out = cuda.device_array(n, np.int64, stream=stream)
     sums = cuda.device_array(blocks, np.int64, stream=stream)
-    kernels.scan_blocks[blocks, t, stream](vals, out, sums)
+    kernels.scan_blocks[blocks, threads, stream](vals, out, sums)
     if blocks > 1:
-        kernels.add_block_sums[blocks, t, stream](out, _exclusive_scan(kernels, sums, stream))
+        kernels.add_block_sums[(n + THREADS - 1) // THREADS, THREADS, stream](
+            out, _exclusive_scan(kernels, sums, stream))
     return out
 
 
@@ -120,10 +127,11 @@ def gather(heap, offsets, counts, dtype, *, free=True, fill=None):
                 f"{arena.shape[0]}-byte arena")
         values = cuda.device_array(total, dt, stream=s)
         if total:
-            threads = min(total, MAX_COPY_THREADS)
+            chunk = max(COPY_CHUNK, -(-total // MAX_COPY_THREADS))
+            threads = -(-total // chunk)
             fill_value = dt.type(0 if fill is None else fill)
             kernels.copy_rows[(threads + THREADS - 1) // THREADS, THREADS, s](
-                arena.view(dt), offs, starts, fill_value, values)
+                arena.view(dt), offs, starts, fill_value, values, chunk)
         if free and n:
             kernels.free_rows[(n + THREADS - 1) // THREADS, THREADS, s](heap.ctx, offs)
     return values, starts

@@ -71,8 +71,8 @@ def test_gather_gives_every_row_in_order_and_frees(kw, dtype):
         assert sorted(freed) == sorted(int(o) for o in offsets.copy_to_host() if o != NULL)
 
 
-def test_gather_across_scan_blocks_and_keep_blocks():
-    # 600 rows: three scan blocks, whose totals are scanned and added back.
+def test_gather_many_rows_and_keep_blocks():
+    # 600 rows, many of them empty, copied by threads of several items each.
     heap = devalloc.Heap(1 << 20)
     counts = (np.arange(600) * 7) % 5
     offsets = make_rows(heap, counts, np.int32)
@@ -104,8 +104,10 @@ def test_gather_of_nothing():
     assert values.shape == (0,) and starts.copy_to_host().tolist() == [0]
 
 
-def test_exclusive_scan_matches_numpy():
-    vals = np.random.default_rng(0).integers(0, 1000, 3 * K.SCAN_THREADS + 11).astype(np.int64)
+@pytest.mark.parametrize("n", [1, 7, 300, 2 * K.SCAN_SPAN + 11])
+def test_exclusive_scan_matches_numpy(n):
+    # The last size spans three scan blocks, whose totals are scanned and added back.
+    vals = np.random.default_rng(n).integers(0, 1000, n).astype(np.int64)
     got = G._exclusive_scan(K, cuda.to_device(vals), 0).copy_to_host()
     assert np.array_equal(got, np.concatenate([[0], np.cumsum(vals)[:-1]]))
 

@@ -2,12 +2,14 @@
 
 Ragged results (one block per row, ``counts[i]`` items at ``offsets[i]``)
 become one array plus row starts (CSR). numba-cuda has no scan, so this is
-a small one: each block of SCAN_THREADS threads scans its slice in shared
-memory (Hillis-Steele: log2(SCAN_THREADS) steps) and leaves its total; the
-host scans the totals the same way, recursively, and :func:`add_block_sums`
-adds them back. Launched by :mod:`devalloc.gather` (the host side), on the
-heap's stream. No heap metadata is touched except by :func:`free_rows`,
-through the public ``free``.
+a small one: each block of up to SCAN_THREADS threads scans
+SCAN_THREADS * SCAN_ITEMS values (each thread sums its SCAN_ITEMS, thread 0
+scans the threads' sums in shared memory, each thread writes its items'
+prefixes: two barriers per block, which keeps the simulator fast too) and
+leaves its total; the host scans the totals the same way, recursively, and
+:func:`add_block_sums` adds them back. Launched by :mod:`devalloc.gather`
+(the host side), on the heap's stream. No heap metadata is touched except
+by :func:`free_rows`, through the public ``free``.
 """
 
 from numba import cuda, int64
@@ -15,8 +17,11 @@ from numba import cuda, int64
 from .. import layout as L
 from .api import free
 
-#: Threads per block of the scan (a power of two): the slice each block scans.
+#: Most threads per block of the scan (a power of two), and the values each scans.
 SCAN_THREADS = 256
+SCAN_ITEMS = 8
+#: Values one scan block covers.
+SCAN_SPAN = SCAN_THREADS * SCAN_ITEMS
 
 
 @cuda.jit
@@ -51,63 +56,78 @@ def lengths(arena_bytes, offsets, counts, itemsize, keep_null, lens, bad):
 
 @cuda.jit
 def scan_blocks(vals, out, sums):
-    """Exclusive scan of each SCAN_THREADS-slice of ``vals`` into ``out``; totals to ``sums``."""
+    """Exclusive scan of each block's SCAN_SPAN-slice of ``vals`` into ``out``; totals to ``sums``.
+
+    Thread ``t`` of a block of ``blockDim.x`` threads (a divisor of
+    SCAN_THREADS) owns SCAN_ITEMS * SCAN_THREADS / blockDim.x consecutive
+    values of the slice.
+    """
     buf = cuda.shared.array(SCAN_THREADS, int64)
     t = cuda.threadIdx.x
-    i = cuda.blockIdx.x * SCAN_THREADS + t
-    v = int64(0)
-    if i < vals.shape[0]:
-        v = vals[i]
-    buf[t] = v
+    per = SCAN_SPAN // cuda.blockDim.x
+    first = cuda.blockIdx.x * SCAN_SPAN + t * per
+    n = vals.shape[0]
+    acc = int64(0)
+    for k in range(first, min(first + per, n)):
+        acc += vals[k]
+    buf[t] = acc
     cuda.syncthreads()
-    d = 1
-    while d < SCAN_THREADS:
-        add = int64(0)
-        if t >= d:
-            add = buf[t - d]
-        cuda.syncthreads()
-        buf[t] += add
-        cuda.syncthreads()
-        d *= 2
-    if i < vals.shape[0]:
-        out[i] = buf[t] - v
-    if t == SCAN_THREADS - 1:
-        sums[cuda.blockIdx.x] = buf[t]
+    if t == 0:
+        run = int64(0)
+        for k in range(cuda.blockDim.x):
+            v = buf[k]
+            buf[k] = run
+            run += v
+        sums[cuda.blockIdx.x] = run
+    cuda.syncthreads()
+    run = buf[t]
+    for k in range(first, min(first + per, n)):
+        v = vals[k]
+        out[k] = run
+        run += v
 
 
 @cuda.jit
 def add_block_sums(out, sums_scanned):
-    """Add each block's scanned total to its slice of ``out``."""
+    """Add each block's scanned total to its SCAN_SPAN-slice of ``out``."""
     i = cuda.grid(1)
     if i < out.shape[0]:
-        out[i] += sums_scanned[i // SCAN_THREADS]
+        out[i] += sums_scanned[i // SCAN_SPAN]
 
 
 @cuda.jit
-def copy_rows(source, offsets, starts, fill, out):
+def copy_rows(source, offsets, starts, fill, out, chunk):
     """Copy every row's items to ``out[starts[r]:starts[r + 1]]``; NULL rows get ``fill``.
 
-    ``source`` is the arena viewed as the items' dtype. Grid-stride over the
-    items, so consecutive threads write consecutive items; each finds its
-    row by binary search in ``starts`` (the largest ``r`` with
-    ``starts[r] <= e``: empty rows are passed over).
+    ``source`` is the arena viewed as the items' dtype. Thread ``t`` copies
+    items ``[t * chunk, (t + 1) * chunk)`` (a few items each on a GPU, so a
+    warp writes one stretch): it finds the first one's row by binary search
+    in ``starts`` (the largest ``r`` with ``starts[r] <= e``: empty rows are
+    passed over), then walks on.
     """
     nrows = offsets.shape[0]
     itemsize = source.itemsize
-    for e in range(cuda.grid(1), out.shape[0], cuda.gridsize(1)):
-        lo = 0
-        hi = nrows
-        while hi - lo > 1:
-            mid = (lo + hi) >> 1
-            if starts[mid] <= e:
-                lo = mid
-            else:
-                hi = mid
-        o = offsets[lo]
+    first = cuda.grid(1) * chunk
+    end = min(first + chunk, out.shape[0])
+    if first >= end:
+        return
+    lo = 0
+    hi = nrows
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if starts[mid] <= first:
+            lo = mid
+        else:
+            hi = mid
+    r = lo
+    for e in range(first, end):
+        while starts[r + 1] <= e:
+            r += 1
+        o = offsets[r]
         if o == L.NULL:
             out[e] = fill
         else:
-            out[e] = source[o // itemsize + (e - starts[lo])]
+            out[e] = source[o // itemsize + (e - starts[r])]
 
 
 @cuda.jit

@@ -4,7 +4,8 @@
 ``NUMBA_ENABLE_CUDASIM``; NVVM and ptxas from the test extra) prints one
 JSON object: for each call and heap kind (normal, debug, observed) the
 registers, spill and stack bytes and SASS atomics of a kernel making that
-call, as ``tests/test_porting_compile.py`` pins them.
+call, as ``tests/test_porting_compile.py`` pins them; then the kernels of
+``Heap.gather``.
 """
 
 import json
@@ -81,6 +82,30 @@ PROBES = {"array": k_array, "view_shape": k_view_shape, "calloc": k_calloc,
 KINDS = {"normal": ctx_type, "debug": debug_ctx_type, "observed": obs_ctx_type}
 
 
+def gather_kernels():
+    """Compile the kernels of ``Heap.gather`` (devalloc.device.gather) for sm_90."""
+    from devalloc.device import gather as K
+
+    i64 = types.Array(types.int64, 1, "C")
+    sigs = {
+        "lengths": (types.int64, i64, i64, types.int64, types.boolean, i64, i64),
+        "scan_blocks": (i64, i64, i64),
+        "add_block_sums": (i64, i64),
+        "copy_rows": (types.Array(types.float64, 1, "C"), i64, i64, types.float64,
+                      types.Array(types.float64, 1, "C"), types.int64),
+        "free_rows": (ctx_type, i64),
+    }
+    rows = []
+    for name, sig in sigs.items():
+        ptx, _ = aot.compile_ptx(getattr(K, name).py_func, sig, cc=(9, 0))
+        r = aot.assemble(ptx, (9, 0))
+        rows.append({"kernel": f"gather_{name}", "heap": "normal", "arch": r.arch,
+                     "registers": r.registers, "spill_bytes": r.spill_bytes,
+                     "stack_bytes": r.stack_bytes, "sass_instructions": r.sass_instructions,
+                     "sass_atomics": r.sass_atomics, "sass_membar_sc": r.sass_membar_sc})
+    return rows
+
+
 def main():
     out = types.Array(types.int64, 1, "C")
     rows = []
@@ -92,6 +117,7 @@ def main():
                          "registers": r.registers, "spill_bytes": r.spill_bytes,
                          "stack_bytes": r.stack_bytes, "sass_instructions": r.sass_instructions,
                          "sass_atomics": r.sass_atomics, "sass_membar_sc": r.sass_membar_sc})
+    rows += gather_kernels()
     print(json.dumps({"rows": rows}))
     return 0
 
