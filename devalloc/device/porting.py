@@ -37,6 +37,15 @@ _inlined = (cuda.jit(device=True) if config.ENABLE_CUDASIM
             else cuda.jit(device=True, forceinline=True))
 
 
+def _pick(ctx, paths):
+    """Simulator: the path of ``paths`` (normal, debug, observed) for ``ctx``'s heap.
+
+    On the GPU the overloads at the end of this module choose when the
+    kernel compiles.
+    """
+    return paths[api._kind(ctx)]
+
+
 # ------------------------------------------------------------ block sizes
 
 @cuda.jit(device=True)
@@ -112,12 +121,7 @@ def usable_size(ctx, off):
     size (the guard follows it), and an offset that is no live block is
     recorded (``heap.check()`` names it) and gives 0.
     """
-    k = api._kind(ctx)
-    if k == api._DEBUG:
-        return _usable_debug(ctx, off)
-    if k == api._OBSERVED:
-        return _usable_observed(ctx, off)
-    return _usable_normal(ctx, off)
+    return _pick(ctx, (_usable_normal, _usable_debug, _usable_observed))(ctx, off)
 
 
 # ------------------------------------------------------------ copying
@@ -226,12 +230,7 @@ def realloc(ctx, off, nbytes):
         block is untouched and still the caller's. NULL too when ``off`` is
         no block (counted in ``invalid_frees``; a debug heap records it).
     """
-    k = api._kind(ctx)
-    if k == api._DEBUG:
-        return _realloc_debug(ctx, off, nbytes)
-    if k == api._OBSERVED:
-        return _realloc_observed(ctx, off, nbytes)
-    return _realloc_normal(ctx, off, nbytes)
+    return _pick(ctx, (_realloc_normal, _realloc_debug, _realloc_observed))(ctx, off, nbytes)
 
 
 # ------------------------------------------------------------ calloc, aligned
@@ -293,12 +292,7 @@ def alloc_aligned(ctx, nbytes, align):
     :returns: the offset, or NULL (counted in ``failed``) when ``align`` is
         not a power of two up to PAGE, ``nbytes <= 0``, or no space is found.
     """
-    k = api._kind(ctx)
-    if k == api._DEBUG:
-        return _aligned_debug(ctx, nbytes, align)
-    if k == api._OBSERVED:
-        return _aligned_observed(ctx, nbytes, align)
-    return _aligned_normal(ctx, nbytes, align)
+    return _pick(ctx, (_aligned_normal, _aligned_debug, _aligned_observed))(ctx, nbytes, align)
 
 
 # ------------------------------------------------------------ arrays
