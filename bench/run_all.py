@@ -12,6 +12,7 @@ static     ``bench/static_cost.py``                 real CUDA target, no GPU
 op         ``bench/op_counts.py``                   simulator
 oom        ``bench/oom.py``                         simulator
 steps      ``bench/step_scratch.py``                simulator
+sweep      ``bench/sweep.py``                       none (host models)
 timings    ``pytest bench/ --benchmark-only``       simulator
 gpu        ``bench/gpu_throughput.py``              GPU (exits 0 without one)
 =========  =======================================  ===========================
@@ -33,7 +34,7 @@ from pathlib import Path
 from _results import ROOT, header, markdown_table, simulator_environment, write_section
 
 BENCH = Path(__file__).resolve().parent
-STEPS = ("static", "op", "oom", "steps", "timings", "gpu")
+STEPS = ("static", "op", "oom", "steps", "sweep", "timings", "gpu")
 TIMINGS_COMMAND = ".venv/bin/python -m pytest bench/ --benchmark-only"
 
 
@@ -94,6 +95,8 @@ def run_step(step):
         return _run([py, str(BENCH / "oom.py")], simulator=True)
     if step == "steps":
         return _run([py, str(BENCH / "step_scratch.py")], simulator=True)
+    if step == "sweep":
+        return _run([py, str(BENCH / "sweep.py")], simulator=True)
     if step == "timings":
         return run_timings()
     if step == "gpu":  # target.choose() decides: the GPU, or a message and exit 0

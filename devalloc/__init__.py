@@ -121,6 +121,7 @@ def _load():
     from . import sim
     from .sim import compat
 
+    compat.restore_numpy_aliases()  # numba-cuda <= 0.30.4 with NumPy >= 2.5
     compat.check()  # every numba-cuda internal devalloc reads is there
     sim.install()  # simulator only: one lock for every atomic kind
     for name in __all__:

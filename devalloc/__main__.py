@@ -18,9 +18,12 @@ on stdout instead of the report. ``--plot`` needs matplotlib
 shards on a local Dask cluster of N worker processes (``--scheduler`` on a
 running cluster; ``pip install 'devalloc[distributed]'``): the same answer
 as one process, and the report adds each worker's heap usage
-(:func:`devalloc.distributed.run_demo`). Exit status 0 when the heap version
-and its twin agree exactly, 1 when they do not, 2 on a usage error, 3 when
-the example's module is not installed.
+(:func:`devalloc.distributed.run_demo`). The report ends with one table
+comparing the heap with count + scan + exact allocation, CUDA's malloc
+through NRT (on a GPU) and the worst case (``kernels/_methods.py``;
+``--json``: ``methods``). Exit status 0 when the heap version and its twins
+agree exactly, 1 when they do not, 2 on a usage error, 3 when the
+example's module is not installed.
 
 Order matters: :func:`devalloc.target.choose` must run before anything
 imports numba (numba reads ``NUMBA_ENABLE_CUDASIM`` once, at import), so this
@@ -52,7 +55,7 @@ EXAMPLES = {
 #: Exit statuses of ``demo`` (2 is also argparse's, for a bad option).
 EXIT_IDENTICAL, EXIT_DIFFERENT, EXIT_USAGE, EXIT_NOT_INSTALLED = 0, 1, 2, 3
 EXIT_STATUSES = (
-    "exit status: 0 the heap version and its twin agree bit for bit; 1 they differ; "
+    "exit status: 0 the heap version and its twins agree bit for bit; 1 they differ; "
     "2 a usage error (a bad option, a --plot file that cannot be written); "
     "3 the example is not installed (a broken installation)"
 )
@@ -357,8 +360,18 @@ def summary(name, target, threads, seed, r, seconds):
         "snapshot": None if r.snapshot is None
         else {"label": r.snapshot_label, "usage": r.snapshot.to_dict()},
         "details": details,
+        "methods": _method_rows(r),
         "seconds": round(seconds, 3),
     }
+
+
+def _method_rows(r):
+    """Return the comparison's rows (heap, count + scan, NRT, worst case) as JSON data."""
+    from ._examples import load
+
+    order = load("_methods").ORDER
+    methods = getattr(r, "methods", None) or {}
+    return [methods[k].to_dict() for k in order if k in methods]
 
 
 def _where(target):
@@ -375,7 +388,13 @@ def format_text(s, r):
              f"on {_where(s['target'])}"]
     lines += r.summary_lines()
     lines.append("identical to the worst-case version: "
-                 + ("yes, bit for bit" if s["identical"] else "NO"))
+                 + ("yes, bit for bit (every method below)" if s["identical"] else "NO"))
+    if getattr(r, "methods", None):
+        from ._examples import load
+
+        lines += ["", "the same work, every way (device memory peak: the scratch each "
+                  "method holds at once)"]
+        lines += ["  " + x for x in load("_methods").format_table(r.methods, s["target"])]
     if r.snapshot is not None:
         lines += ["", format_usage(r.snapshot, f"heap usage {r.snapshot_label}")]
     lines += ["", format_usage(r.usage, "heap usage at the end"), ""]
@@ -500,6 +519,11 @@ def demo(args):
                           scheduler=args.scheduler, progress=progress)
         target = run.target()
     else:
+        if target == "gpu":  # so that the time column counts no compilation
+            from ._examples import load
+
+            progress("compiling the kernels")
+            load("_mc").precompile(module)
         r = module.run(threads=args.threads, seed=args.seed, progress=progress,
                        profile=args.profile)
     s = summary(args.example, target, args.threads, args.seed, r, progress.elapsed())

@@ -16,6 +16,7 @@ report registers, spill bytes and SASS instruction counts.
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,13 +82,24 @@ def _wheel_bin(tool):
 def tool_path(tool):
     """Return the path of ``ptxas`` or ``nvdisasm``, preferring the wheels.
 
-    ``DEVALLOC_PTXAS`` / ``DEVALLOC_NVDISASM`` override. Raises FileNotFoundError
+    ``DEVALLOC_PTXAS`` / ``DEVALLOC_NVDISASM`` override; without a wheel, a
+    CUDA toolkit's (on the PATH, in ``$CUDA_HOME/bin`` or
+    ``/usr/local/cuda/bin``: GPU machines have one). Raises FileNotFoundError
     naming the wheel to install when the tool cannot be found.
     """
     env = os.environ.get("DEVALLOC_" + tool.upper())
     if env:
         return env
     found = _wheel_bin(tool)
+    if found:
+        return found
+    found = shutil.which(tool)
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if found or not home:
+            continue
+        candidate = os.path.join(home, "bin", tool)
+        if os.access(candidate, os.X_OK):
+            found = candidate
     if found:
         return found
     wheel = "nvidia-cuda-nvcc" if tool == "ptxas" else "nvidia-cuda-nvdisasm"

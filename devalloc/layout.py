@@ -759,6 +759,55 @@ def prof_word(stripe, counter):
     return stripe * PROF_STRIDE + counter
 
 
+# ============================================================ footprint of a size histogram
+# What a heap holds when a given set of blocks is live at once: pure
+# arithmetic over the size classes, for sizing and for bench/sweep.py.
+
+
+def histogram_pages(hist, spread=1, page=PAGE):
+    """Return the pages a heap holds while the blocks of ``hist`` are live at once.
+
+    ``hist`` maps a request size in bytes (1 or more) to the number of live
+    blocks of that size. A block up to MAX_SMALL takes a slot of its size
+    class: each class in use holds the slabs its blocks fill,
+    ``ceil(blocks / class_blocks)``, at least (slabs packed full, as one
+    block at a time fills them). ``spread`` > 1 gives the most a class
+    may hold when its blocks are spread over up to ``spread`` slabs side by
+    side (a GPU under contention: ``Heap(spread=)``): ``spread - 1`` more
+    partly filled slabs, never more slabs than blocks. A larger block takes
+    whole pages. ``page`` (a power of two from 1 KiB, default PAGE) asks
+    what pages of another size would hold (a what-if: the heap's page is
+    PAGE); a class larger than such a page takes whole pages per block.
+    Raises ValueError for a size below 1, a negative count, a spread below
+    1 or a page that is not a power of two from 1 KiB to 1 MiB.
+    """
+    if spread < 1:
+        raise ValueError(f"spread must be at least 1, got {spread}")
+    if page & (page - 1) or not 1024 <= page <= 1 << 20:
+        raise ValueError(f"page must be a power of two from 1024 to 2**20, got {page}")
+    per_class = {}
+    pages = 0
+    for nbytes, n in hist.items():
+        nbytes, n = int(nbytes), int(n)
+        if nbytes < 1 or n < 0:
+            raise ValueError(f"a histogram maps sizes >= 1 to counts >= 0, got {nbytes}: {n}")
+        if n == 0:
+            continue
+        if nbytes > MAX_SMALL or class_size(size_class(nbytes)) > page:
+            pages += n * (-(-nbytes // page))
+            continue
+        c = size_class(nbytes)
+        per_class[c] = per_class.get(c, 0) + n
+    for c, n in per_class.items():
+        pages += min(n, -(-n // (page // class_size(c))) + spread - 1)
+    return pages
+
+
+def histogram_bytes(hist, spread=1, page=PAGE):
+    """Return :func:`histogram_pages` in bytes: a heap's peak for that set of live blocks."""
+    return histogram_pages(hist, spread, page) * page
+
+
 # ============================================================ ties
 assert class_size(NCLASSES - 1) == MAX_SMALL and size_class(MAX_SMALL) == NCLASSES - 1
 assert class_size(LINEAR_CLASSES - 1) == LINEAR_MAX == 1 << LINEAR_SHIFT

@@ -16,6 +16,13 @@ example's own figures:
   block of exactly its size; a second kernel gathers them into one array;
 * ``step_scratch``: per-time-step buffers, scoped scratch vs alloc/free.
 
+Every example also runs a count + scan + exact twin (count, scan on the
+device with ``_scan``, allocate exactly, redo the work) and, where NRT
+allows, a twin whose scratch is ``np.empty`` (CUDA's malloc); the
+``Result``'s ``methods`` holds one row per way (``_methods``: bytes,
+launches, host synchronisations, work done twice, GPU time, identical),
+filled by the runner (``_metering``).
+
 ``run`` is ``result(simulate(...))``: ``simulate`` runs a range of threads
 (RNG states by global thread index) and returns their outputs, ``result``
 computes the answer from them, so ``demo --workers N`` runs shards on

@@ -5,10 +5,12 @@ own figures, ``SIGNATURES`` (kernel name -> argument types, as words for
 :func:`signatures`), ``worst_case_bytes(threads)``, ``SIM_SECONDS_PER_THREAD``
 and three functions:
 
-* ``simulate(lc, heap)`` runs the heap version (on ``heap``) and its
-  worst-case twin on the same random numbers, for the threads of the
-  :class:`Runner` ``lc``, and returns their per-thread outputs as a
-  :class:`Shard`;
+* ``simulate(lc, heap)`` runs the heap version (on ``heap``), its
+  worst-case twin, its count + scan + exact twin and (on a GPU) its NRT
+  twin on the same random numbers, for the threads of the :class:`Runner`
+  ``lc``, each between ``lc.begin`` and ``lc.end`` (a row of the
+  comparison: :mod:`._metering`, :mod:`._methods`), and returns their
+  per-thread outputs as a :class:`Shard`;
 * ``result(shard)`` computes the :class:`Result` from a shard (the answer,
   its error, the example's figures) on the host;
 * ``run(threads, seed, *, capacity, block, progress, debug, profile)`` is
@@ -50,6 +52,9 @@ from numba import config, cuda
 from numba.cuda.random import init_xoroshiro128p_states_cpu, xoroshiro128p_dtype
 
 import devalloc
+
+from . import _methods
+from ._metering import Meter, malloc_bytes, nrt_enabled, precompile, resident_threads  # noqa: F401
 
 if config.ENABLE_CUDASIM:
     # The simulator runs numba.cuda.random's wrapping uint64 arithmetic on
@@ -157,7 +162,7 @@ class Whole:
         self.array = array
 
 
-class Runner:
+class Runner(Meter):
     """One run's set-up: launch shape, RNG states, progress, heaps.
 
     ``progress`` is None (silent) or a callable taking a phase message; if
@@ -177,6 +182,7 @@ class Runner:
         self._bar = bar if bar is not None and config.ENABLE_CUDASIM else None
         with self.bar(threads, "RNG states") as b:
             self.seeds = rng_states(threads, seed, b, start)
+        Meter.__init__(self)
 
     def say(self, msg):
         """Report the start of a phase."""
@@ -216,6 +222,7 @@ class Runner:
         wrapped in :class:`Whole`, are passed whole.
         """
         plain = [a.array if isinstance(a, Whole) else a for a in args]
+        self._counted()  # one launch of the method, however it is cut for a bar
         if self._bar is None:
             kernel[self.grid, self.block](*plain)
             return
@@ -232,7 +239,8 @@ class Runner:
     def shard(self, identical, arrays, usages, counts=None):
         """Return the :class:`Shard` of this runner's threads."""
         return Shard(start=self.start, threads=self.threads, identical=bool(identical),
-                     arrays=arrays, usages=usages, counts=counts or {})
+                     arrays=arrays, usages=usages, counts=counts or {},
+                     methods=dict(self.methods))
 
 
 @dataclass(kw_only=True)
@@ -253,6 +261,8 @@ class Shard:
     arrays: dict
     usages: dict
     counts: dict = field(default_factory=dict)
+    #: Method name -> :class:`_methods.Method`: the comparison's rows.
+    methods: dict = field(default_factory=dict)
     #: Set by devalloc.distributed: the worker that ran it.
     worker: str | None = None
 
@@ -284,6 +294,7 @@ def combine(shards):
         arrays={k: np.concatenate([s.arrays[k] for s in shards]) for k in first.arrays},
         usages={k: total_usage([s.usages[k] for s in shards]) for k in first.usages},
         counts={k: sum(s.counts[k] for s in shards) for k in first.counts},
+        methods=_methods.combine([s.methods for s in shards]),
     )
 
 
@@ -314,6 +325,8 @@ class Result:
     #: The heap's usage at the end of the run (a :class:`devalloc.Usage`).
     usage: object
     snapshot: object = None
+    #: Method name -> :class:`_methods.Method`: heap, worst case, count + scan, NRT.
+    methods: dict = field(default_factory=dict)
 
     def details(self):
         """Return ``{name: value}`` of the fields a subclass adds."""
@@ -348,3 +361,4 @@ def signatures(table):
         words[name] = types.Array(getattr(types, name), 1, "C")
         words[name + "[2]"] = types.Array(getattr(types, name), 2, "C")
     return {kernel: tuple(words[w] for w in args.split()) for kernel, args in table.items()}
+

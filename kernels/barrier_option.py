@@ -28,13 +28,19 @@ The second pass needs the path, but only some of it, for only some paths:
   ``bridge_heap`` reads each kept chain, draws the bridge tests, frees it.
 * ``barrier_worst_case`` / ``bridge_worst_case``: the way it is written
   today: a global ``threads x (NSTEPS + 1)`` array, every path's worst case.
+* ``barrier_count`` / ``barrier_fill`` / ``bridge_exact``: count + scan +
+  exact: the points each path keeps, scanned; the paths again, into an
+  exact buffer; the same bridge pass on it.
+* ``barrier_nrt``: the kept points in a growing ``np.empty`` array (CUDA's
+  malloc through NRT; GPU only), both passes in one thread, since an NRT
+  array cannot outlive it.
 
 Memory: the worst case is (NSTEPS + 1) float64 per path, 264 B; the heap
 holds about 27 % of the paths' chains of 128 B chunks between the passes.
 Measured on the simulator (seed 1): peak 16,384 B vs 67,584 B at 256
 threads; 163,840 B vs 792,000 B at 3,000 threads (seed 5).
 
-Both draw the same numbers from the same per-thread xoroshiro128+ stream, so
+All draw the same numbers from the same per-thread xoroshiro128+ stream, so
 their payoffs are identical. If the heap cannot serve a chunk (``alloc``
 returns NULL, counted in ``usage().failed``) the path's payoff is NaN, and
 the comparison with the twin says so.
@@ -57,7 +63,7 @@ from numba.cuda.random import xoroshiro128p_uniform_float64
 
 import devalloc
 
-from . import _mc
+from . import _mc, _methods
 
 SPOT = 100.0
 STRIKE = 100.0
@@ -201,14 +207,15 @@ def bridge_heap(ctx, states, payoff, heads, counts):
     heads[i] = devalloc.NULL
 
 
-@cuda.jit
-def barrier_worst_case(scratch, states, payoff, counts):
-    i = cuda.grid(1)
-    if i >= payoff.shape[0]:
-        return
+@cuda.jit(device=True)
+def _keep_path(states, i, path, write, payoff, counts):
+    """Simulate path ``i``; set its payoff and the points it keeps (``counts[i]``).
+
+    Writes the kept points to ``path`` when ``write`` (``path`` may be empty
+    otherwise); a path that dies or ends out of the money keeps none.
+    """
     payoff[i] = 0.0
     counts[i] = 0
-    path = scratch[i]  # NSTEPS + 1 points for every path
     n = 0
     x = LOG_SPOT
     z2 = 0.0
@@ -224,10 +231,12 @@ def barrier_worst_case(scratch, states, payoff, counts):
             alive = False
             break
         if n == 0 and LOG_BARRIER - x < BAND_LOG:
-            path[0] = prev
+            if write:
+                path[0] = prev
             n = 1
         if n > 0:
-            path[n] = x
+            if write:
+                path[n] = x
             n += 1
     if not alive or x <= LOG_STRIKE:
         return
@@ -235,16 +244,108 @@ def barrier_worst_case(scratch, states, payoff, counts):
     counts[i] = n
 
 
+@cuda.jit(device=True)
+def _bridge(path, states, i, payoff, counts):
+    """Draw the bridge test of each kept step of path ``i``; a crossing zeroes its payoff."""
+    for j in range(counts[i] - 1):
+        if _bridge_crosses(states, i, path[j], path[j + 1]):
+            payoff[i] = 0.0
+            break
+
+
+@cuda.jit
+def barrier_worst_case(scratch, states, payoff, counts):
+    i = cuda.grid(1)
+    if i >= payoff.shape[0]:
+        return
+    _keep_path(states, i, scratch[i], True, payoff, counts)  # NSTEPS + 1 points for every path
+
+
 @cuda.jit
 def bridge_worst_case(scratch, states, payoff, counts):
     i = cuda.grid(1)
     if i >= payoff.shape[0]:
         return
-    path = scratch[i]
-    for j in range(counts[i] - 1):
-        if _bridge_crosses(states, i, path[j], path[j + 1]):
-            payoff[i] = 0.0
+    _bridge(scratch[i], states, i, payoff, counts)
+
+
+@cuda.jit
+def barrier_count(states, payoff, counts):
+    """Count pass of the count + scan twin: the paths, keeping nothing; count the kept points."""
+    i = cuda.grid(1)
+    if i >= payoff.shape[0]:
+        return
+    _keep_path(states, i, payoff[:0], False, payoff, counts)
+
+
+@cuda.jit
+def barrier_fill(states, starts, points, payoff, counts):
+    """Fill pass: the same paths again, the kept points into the exact buffer."""
+    i = cuda.grid(1)
+    if i >= payoff.shape[0]:
+        return
+    s = starts[i]
+    n = counts[i]
+    _keep_path(states, i, points[s:s + n], n > 0, payoff, counts)
+
+
+@cuda.jit
+def bridge_exact(points, starts, states, payoff, counts):
+    i = cuda.grid(1)
+    if i >= payoff.shape[0]:
+        return
+    s = starts[i]
+    _bridge(points[s:s + counts[i]], states, i, payoff, counts)
+
+
+def _barrier_nrt(states, payoff, counts):
+    """NRT twin: the kept points in a growing ``np.empty`` array, bridge tests in the same thread.
+
+    An NRT array dies with its thread, so the second pass cannot be a
+    second launch; it draws the same numbers right after the path, as the
+    second launch does.
+    """
+    i = cuda.grid(1)
+    if i >= payoff.shape[0]:
+        return
+    payoff[i] = 0.0
+    counts[i] = 0
+    path = np.empty(0, np.float64)
+    n = 0
+    x = LOG_SPOT
+    z2 = 0.0
+    alive = True
+    for k in range(NSTEPS):
+        if k % 2 == 0:
+            z, z2 = _normal_pair(states, i)
+        else:
+            z = z2
+        prev = x
+        x = prev + DRIFT + VOL * z
+        if x >= LOG_BARRIER:
+            alive = False
             break
+        if n == 0 and LOG_BARRIER - x < BAND_LOG:
+            path = np.empty(CHUNK_POINTS, np.float64)
+            path[0] = prev
+            n = 1
+        if n > 0:
+            if n == path.shape[0]:  # full: twice as large, copy; the old one dies
+                bigger = np.empty(2 * n, np.float64)
+                for j in range(n):
+                    bigger[j] = path[j]
+                path = bigger
+            path[n] = x
+            n += 1
+    if not alive or x <= LOG_STRIKE:
+        return
+    payoff[i] = DISCOUNT * (math.exp(x) - STRIKE)
+    counts[i] = n
+    _bridge(path, states, i, payoff, counts)
+
+
+#: Compiled (and launched) only with NRT on: see ``_mc.nrt_enabled``.
+barrier_nrt = cuda.jit(_barrier_nrt)
 
 
 def _norm_cdf(x):
@@ -310,35 +411,64 @@ class BarrierResult(_mc.Result):
 
 
 def simulate(lc, heap):
-    """Run both versions (two passes each) on ``lc``'s threads; return their :class:`_mc.Shard`.
+    """Run every version (two passes each) on ``lc``'s threads; return their :class:`_mc.Shard`.
 
-    ``heap`` must be empty (just made or reset); a debug heap is checked at
-    the end (``HeapCorruption`` if a block was overrun or freed wrongly).
+    The heap version, the worst-case twin, the count + scan + exact twin
+    and (on a GPU) the NRT twin. ``heap`` must be empty (just made or
+    reset); a debug heap is checked at the end (``HeapCorruption`` if a
+    block was overrun or freed wrongly).
     """
     threads = lc.threads
     lc.say(f"heap version, pass 1: {threads} paths of {NSTEPS} steps")
+    heap_row = lc.begin(_methods.HEAP)
     states = lc.states()
     pay_heap = cuda.device_array(threads, np.float64)
     heads = cuda.device_array(threads, np.int64)
     counts_heap = cuda.device_array(threads, np.int32)
     lc.launch(barrier_heap, heap.ctx, states, pay_heap, heads, counts_heap)
-    between = heap.usage()  # the kept paths, live between the passes
+    with lc.untimed():
+        between = heap.usage()  # the kept paths, live between the passes
     lc.say(f"heap version, pass 2: bridge tests on {between.live_blocks} chunks")
     lc.launch(bridge_heap, heap.ctx, states, pay_heap, heads, counts_heap)
+    lc.end()
     usage = lc.finish(heap, heap.debug)
+    heap_row.peak_bytes, heap_row.meta_bytes = usage.peak, heap.meta_bytes
+    heap_row.in_use_bytes = between.in_use
 
     lc.say(f"worst-case version: {threads} x {NSTEPS + 1} points, two passes")
+    lc.begin(_methods.WORST, peak_bytes=worst_case_bytes(threads))
     states = lc.states()
     scratch = cuda.device_array((threads, NSTEPS + 1), np.float64)
     pay_ref = cuda.device_array(threads, np.float64)
     counts_ref = cuda.device_array(threads, np.int32)
     lc.launch(barrier_worst_case, scratch, states, pay_ref, counts_ref)
     lc.launch(bridge_worst_case, scratch, states, pay_ref, counts_ref)
+    lc.end()
+
+    lc.say(f"count + scan + exact: {threads} paths counted, scanned, run again, two passes")
+    m = lc.begin(_methods.EXACT, twice=True)
+    pay_exact = cuda.device_array(threads, np.float64)
+    counts_exact = cuda.device_array(threads, np.int32)
+    lc.launch(barrier_count, lc.states(), pay_exact, counts_exact)
+    offsets, total = lc.scan(counts_exact)
+    points = lc.exact(m, total, np.float64, counts_exact)
+    states = lc.states()
+    starts = offsets[:threads]
+    lc.launch(barrier_fill, states, starts, _mc.Whole(points), pay_exact, counts_exact)
+    lc.launch(bridge_exact, _mc.Whole(points), starts, states, pay_exact, counts_exact)
+    lc.end()
+
+    pay_nrt = cuda.device_array(threads, np.float64)
+    counts_nrt = cuda.device_array(threads, np.int32)
+    ran_nrt = lc.nrt(_mc.malloc_bytes(4 * m.exact_bytes, 2 * threads),
+                     lambda row: lc.launch(barrier_nrt, lc.states(), pay_nrt, counts_nrt) or True)
 
     a, ca = pay_heap.copy_to_host(), counts_heap.copy_to_host()
+    same = lc.check((pay_ref, counts_ref), {
+        _methods.HEAP: (a, ca), _methods.EXACT: (pay_exact, counts_exact),
+        _methods.NRT: (pay_nrt, counts_nrt) if ran_nrt else None})
     return lc.shard(
-        identical=np.array_equal(a, pay_ref.copy_to_host())
-        and np.array_equal(ca, counts_ref.copy_to_host()),
+        identical=same,
         arrays={"payoff": a, "kept": ca}, usages={"end": usage, "snapshot": between})
 
 
@@ -358,6 +488,7 @@ def result(shard):
         snapshot=between,
         paths_kept=int((shard.arrays["kept"] > 0).sum()),
         chunks_between_passes=between.live_blocks,
+        methods=shard.methods,
     )
 
 
@@ -380,4 +511,9 @@ SIGNATURES = {
     "bridge_heap": "ctx states float64 int64 int32",
     "barrier_worst_case": "float64[2] states float64 int32",
     "bridge_worst_case": "float64[2] states float64 int32",
+    "barrier_count": "states float64 int32",
+    "barrier_fill": "states int64 float64 float64 int32",
+    "bridge_exact": "float64 int64 states float64 int32",
 }
+#: The NRT twin's, compiled with NRT on (``_mc.precompile``).
+NRT_SIGNATURES = {"barrier_nrt": "states float64 int32"}

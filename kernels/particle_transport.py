@@ -23,6 +23,12 @@ with a margin: MAX_STACK = 256 entries (4 KiB) per thread.
   entries copied, the old one freed; up to MAX_STACK entries).
 * ``transport_worst_case``: the way it is written today: a global array of
   ``threads x MAX_STACK`` entries, the worst case for every history.
+* ``transport_count`` / ``transport_fill``: count + scan + exact: each
+  history's deepest stack, scanned, then the histories again on stacks of
+  exactly that depth. Counting needs the stack itself: the count pass keeps
+  a MAX_STACK one in local memory (set aside per resident thread).
+* ``transport_nrt``: the heap version's growing stack from ``np.empty``
+  (CUDA's malloc through NRT; run on a GPU only).
 
 Memory, measured on the simulator: heap peak 32,768 B (49,152 B in some
 runs: the simulator's thread switching decides how many stacks overlap) vs
@@ -30,7 +36,7 @@ runs: the simulator's thread switching decides how many stacks overlap) vs
 threads (seed 5). On a GPU all threads run at once, so more stacks overlap,
 but only those of the histories that split.
 
-Both draw the same numbers from the same per-thread xoroshiro128+ stream
+All draw the same numbers from the same per-thread xoroshiro128+ stream
 and drop a secondary in the same case (stack at MAX_STACK), so their tallies
 are identical. If the heap cannot serve a stack (``alloc`` returns NULL:
 counted in ``usage().failed``) the secondary is dropped and counted as lost,
@@ -54,7 +60,7 @@ from numba.cuda.random import xoroshiro128p_uniform_float64
 
 import devalloc
 
-from . import _mc
+from . import _mc, _methods
 
 #: Slab thickness, in mean free paths (total cross-section 1).
 THICKNESS = 3.0
@@ -67,6 +73,8 @@ ENTRY_BYTES = 16
 STACK0 = 2
 #: Largest stack, the depth the worst-case version preallocates per thread.
 MAX_STACK = 256
+#: float64 slots of a MAX_STACK stack (a compile-time constant for a local array).
+STACK_SLOTS = 2 * MAX_STACK
 #: Flights followed per history (a bound for the GPU loop; never reached at
 #: these parameters: the cascade is subcritical, 0.9 particles per collision).
 MAX_FLIGHTS = 4096
@@ -169,13 +177,14 @@ def transport_heap(ctx, states, out):
     devalloc.free(ctx, off)
 
 
-@cuda.jit
-def transport_worst_case(scratch, states, out):
-    i = cuda.grid(1)
-    if i >= out.shape[0]:
-        return
+@cuda.jit(device=True)
+def _transport(states, i, out, stack, cap):
+    """Follow history ``i``, its pending secondaries on ``stack`` (``cap`` entries); tally in ``out``.
+
+    ``stack`` holds ``2 cap`` float64 (x, mu per entry); a secondary that
+    finds it full is lost, as in the heap version at MAX_STACK.
+    """
     _clear(out, i)
-    stack = scratch[i]  # MAX_STACK entries for every history
     depth = 0
     x = 0.0
     mu = 1.0
@@ -183,7 +192,7 @@ def transport_worst_case(scratch, states, out):
     for _ in range(MAX_FLIGHTS):
         event, x, mu, mu2 = _flight(states, i, x, mu)
         if event == _SPLIT:
-            if depth < MAX_STACK:
+            if depth < cap:
                 stack[2 * depth] = x
                 stack[2 * depth + 1] = mu2
                 depth += 1
@@ -205,6 +214,91 @@ def transport_worst_case(scratch, states, out):
         mu = stack[2 * depth + 1]
     if not done:
         out[i, LOST] += 1 + depth
+
+
+@cuda.jit
+def transport_worst_case(scratch, states, out):
+    i = cuda.grid(1)
+    if i >= out.shape[0]:
+        return
+    _transport(states, i, out, scratch[i], MAX_STACK)  # MAX_STACK entries for every history
+
+
+@cuda.jit
+def transport_count(states, out, counts):
+    """Count pass of the count + scan twin: the whole transport, its stack in local memory.
+
+    The stack's depth is known only by running the history, which needs the
+    stack: the count pass keeps it in a MAX_STACK-entry local array (local
+    memory, which the GPU sets aside per resident thread, not per thread
+    launched), and stores each history's deepest stack, in float64 slots.
+    """
+    i = cuda.grid(1)
+    if i >= counts.shape[0]:
+        return
+    stack = cuda.local.array(STACK_SLOTS, np.float64)
+    _transport(states, i, out, stack, MAX_STACK)
+    counts[i] = 2 * out[i, MAX_DEPTH]
+
+
+@cuda.jit
+def transport_fill(states, counts, starts, stacks, out):
+    """Fill pass: the same history again, its stack exactly as deep as it gets."""
+    i = cuda.grid(1)
+    if i >= counts.shape[0]:
+        return
+    s = starts[i]
+    _transport(states, i, out, stacks[s:s + counts[i]], counts[i] // 2)
+
+
+def _transport_nrt(states, out):
+    """NRT twin of ``transport_heap``: the growing stack from ``np.empty`` (CUDA malloc)."""
+    i = cuda.grid(1)
+    if i >= out.shape[0]:
+        return
+    _clear(out, i)
+    stack = np.empty(0, np.float64)
+    cap = 0
+    depth = 0
+    x = 0.0
+    mu = 1.0
+    done = False
+    for _ in range(MAX_FLIGHTS):
+        event, x, mu, mu2 = _flight(states, i, x, mu)
+        if event == _SPLIT:
+            if depth == cap and cap < MAX_STACK:
+                # Grow: an array twice as large, copy; the old one dies (free).
+                cap = STACK0 if cap == 0 else min(2 * cap, MAX_STACK)
+                bigger = np.empty(2 * cap, np.float64)
+                for k in range(2 * depth):
+                    bigger[k] = stack[k]
+                stack = bigger
+            if depth < cap:
+                stack[2 * depth] = x
+                stack[2 * depth + 1] = mu2
+                depth += 1
+                out[i, MAX_DEPTH] = max(out[i, MAX_DEPTH], depth)
+            else:
+                out[i, LOST] += 1
+            continue
+        if event == _SCATTER:
+            continue
+        if event == _ABSORB:
+            out[i, ABSORBED] += 1
+        else:
+            _tally_leak(out, i, x)
+        if depth == 0:
+            done = True
+            break
+        depth -= 1
+        x = stack[2 * depth]
+        mu = stack[2 * depth + 1]
+    if not done:
+        out[i, LOST] += 1 + depth
+
+
+#: Compiled (and launched) only with NRT on: see ``_mc.nrt_enabled``.
+transport_nrt = cuda.jit(_transport_nrt)
 
 
 #: Seconds per thread on the CUDA simulator, for the demo's time estimate:
@@ -250,24 +344,51 @@ class TransportResult(_mc.Result):
 
 
 def simulate(lc, heap):
-    """Run both versions on ``lc``'s threads; return their :class:`_mc.Shard`.
+    """Run every version on ``lc``'s threads; return their :class:`_mc.Shard`.
 
-    ``heap`` must be empty (just made or reset); a debug heap is checked at
-    the end (``HeapCorruption`` if a block was overrun or freed wrongly).
+    The heap version, the worst-case twin, the count + scan + exact twin
+    and (on a GPU) the NRT twin. ``heap`` must be empty (just made or
+    reset); a debug heap is checked at the end (``HeapCorruption`` if a
+    block was overrun or freed wrongly).
     """
     threads = lc.threads
     lc.say(f"heap version: {threads} histories")
+    heap_row = lc.begin(_methods.HEAP)
     out_heap = cuda.device_array((threads, NCOLS), np.int32)
     lc.launch(transport_heap, heap.ctx, lc.states(), out_heap)
+    lc.end()
     usage = lc.finish(heap, heap.debug)
+    heap_row.peak_bytes, heap_row.meta_bytes = usage.peak, heap.meta_bytes
 
     lc.say(f"worst-case version: {threads} x {MAX_STACK} stack entries")
+    lc.begin(_methods.WORST, peak_bytes=worst_case_bytes(threads))
     scratch = cuda.device_array((threads, 2 * MAX_STACK), np.float64)
     out_ref = cuda.device_array((threads, NCOLS), np.int32)
     lc.launch(transport_worst_case, scratch, lc.states(), out_ref)
+    lc.end()
+
+    lc.say(f"count + scan + exact: {threads} histories counted (stack in local memory), "
+           "scanned, run again")
+    local = 2 * MAX_STACK * 8
+    m = lc.begin(_methods.EXACT, twice=True, local_bytes_per_thread=local,
+                 peak_bytes=local * _mc.resident_threads(threads))
+    out_exact = cuda.device_array((threads, NCOLS), np.int32)
+    counts = cuda.device_array(threads, np.int32)
+    lc.launch(transport_count, lc.states(), out_exact, counts)
+    offsets, total = lc.scan(counts)
+    stacks = lc.exact(m, total, np.float64, counts)
+    lc.launch(transport_fill, lc.states(), counts, offsets[:threads], _mc.Whole(stacks),
+              out_exact)
+    lc.end()
+
+    out_nrt = cuda.device_array((threads, NCOLS), np.int32)
+    ran_nrt = lc.nrt(_mc.malloc_bytes(4 * m.exact_bytes, 2 * threads),
+                     lambda row: lc.launch(transport_nrt, lc.states(), out_nrt) or True)
 
     a = out_heap.copy_to_host()
-    return lc.shard(identical=np.array_equal(a, out_ref.copy_to_host()),
+    same = lc.check(out_ref, {_methods.HEAP: a, _methods.EXACT: out_exact,
+                              _methods.NRT: out_nrt if ran_nrt else None})
+    return lc.shard(identical=same,
                     arrays={"tally": a}, usages={"end": usage})
 
 
@@ -294,6 +415,7 @@ def result(shard):
         histories_with_stack=int((a[:, MAX_DEPTH] > 0).sum()),
         max_depth=int(a[:, MAX_DEPTH].max()) if shard.threads else 0,
         tally=a,
+        methods=shard.methods,
     )
 
 
@@ -312,4 +434,8 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
 SIGNATURES = {
     "transport_heap": "ctx states int32[2]",
     "transport_worst_case": "float64[2] states int32[2]",
+    "transport_count": "states int32[2] int32",
+    "transport_fill": "states int32 int64 float64 int32[2]",
 }
+#: The NRT twin's, compiled with NRT on (``_mc.precompile``).
+NRT_SIGNATURES = {"transport_nrt": "states int32[2]"}

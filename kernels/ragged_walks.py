@@ -21,6 +21,10 @@ SITES`` for start s), with their standard errors.
 * ``walk_worst_case`` / ``gather_worst_case``: the way it is written today:
   a ``threads x MAX_STEPS`` array, every walk's worst case, then the same
   gather from its rows.
+* ``walk_count`` / ``walk_fill``: count + scan + exact: count every walk's
+  items, scan the counts on the device, allocate exactly the total, walk
+  again straight into the compact array (no gather). No NRT twin: an
+  ``np.empty`` array dies with its thread, before the gather.
 
 Memory. Every walk's block is live at the gather, so the heap's peak is
 the live bytes plus, per size class in use, the unused rest of its slabs
@@ -55,7 +59,9 @@ from numba.cuda.random import xoroshiro128p_next
 
 import devalloc
 
-from . import _mc
+from devalloc.gather import launches as gather_launches
+
+from . import _mc, _methods
 
 #: The walk is absorbed at sites 0 and SITES.
 SITES = 16
@@ -110,6 +116,27 @@ def walk_heap(ctx, states, offsets, counts, absorbed):
     offsets[i] = off  # NULL when the heap is full: the walk is missing
     if off != devalloc.NULL:
         _walk(states, i, devalloc.view(ctx, off, n, np.int32), True)
+
+
+@cuda.jit
+def walk_count(states, counts):
+    """Count pass of the count + scan twin: walk without writing; store the item count."""
+    i = cuda.grid(1)
+    if i >= counts.shape[0]:
+        return
+    n, _ = _walk(states, i, counts[:0], False)
+    counts[i] = n
+
+
+@cuda.jit
+def walk_fill(states, counts, starts, compact, absorbed):
+    """Fill pass: walk again from the same state, straight into the compact array."""
+    i = cuda.grid(1)
+    if i >= counts.shape[0]:
+        return
+    s = starts[i]
+    _, done = _walk(states, i, compact[s:s + counts[i]], True)
+    absorbed[i] = done
 
 
 @cuda.jit
@@ -194,6 +221,27 @@ class WalksResult(_mc.Result):
         return lines
 
 
+def simulate_exact(lc):
+    """Run the count + scan + exact twin; return ``(counts, compact, absorbed)`` on the host.
+
+    Count the items of every walk, scan the counts on the device, read the
+    total (one synchronisation), allocate exactly that, walk again into it:
+    the compact array is the exact buffer, no gather is needed.
+    """
+    threads = lc.threads
+    lc.say(f"count + scan + exact: {threads} walks counted, scanned, walked again")
+    m = lc.begin(_methods.EXACT, twice=True)
+    counts_d = cuda.device_array(threads, np.int32)
+    lc.launch(walk_count, lc.states(), counts_d)
+    offsets, total = lc.scan(counts_d)
+    compact_d = lc.exact(m, total, np.int32, counts_d)
+    absorbed_d = cuda.device_array(threads, np.bool_)
+    lc.launch(walk_fill, lc.states(), counts_d, offsets[:threads], _mc.Whole(compact_d),
+              absorbed_d)
+    lc.end()
+    return counts_d.copy_to_host(), compact_d.copy_to_host()[:total], absorbed_d.copy_to_host()
+
+
 def simulate(lc, heap):
     """Run both versions and gather on ``lc``'s threads; return their :class:`_mc.Shard`.
 
@@ -202,33 +250,50 @@ def simulate(lc, heap):
     """
     threads = lc.threads
     lc.say(f"heap version: {threads} walks, each into a block of its own size")
+    heap_row = lc.begin(_methods.HEAP, twice=True)  # walk_heap walks twice
     offsets = cuda.device_array(threads, np.int64)
     counts_d = cuda.device_array(threads, np.int32)
     absorbed_d = cuda.device_array(threads, np.bool_)
     lc.launch(walk_heap, heap.ctx, lc.states(), offsets, counts_d, absorbed_d)
-    before_gather = heap.usage()  # every trajectory is live here
+    with lc.untimed():
+        before_gather = heap.usage()  # every trajectory is live here
+    # Every block into one array, freed; a walk the heap could not serve is -1s.
+    lc.say(f"gather: {before_gather.live_blocks} blocks")
+    compact_d, _ = heap.gather(offsets, counts_d, np.int32, fill=-1)
+    lc.synced()  # gather reads the total back, to size the compact array
+    lc.launched(gather_launches(threads, compact_d.shape[0]))
+    lc.end()
     counts = counts_d.copy_to_host()
     total = int(counts.sum())
-    lc.say(f"gather: {before_gather.live_blocks} blocks, {total} items")
-    # Every block into one array, freed; a walk the heap could not serve is -1s.
-    compact_d, _ = heap.gather(offsets, counts_d, np.int32, fill=-1)
     usage = lc.finish(heap, heap.debug)
+    heap_row.peak_bytes, heap_row.meta_bytes = usage.peak, heap.meta_bytes
+    heap_row.in_use_bytes = before_gather.in_use
 
     lc.say(f"worst-case version: {threads} x {MAX_STEPS} items")
+    lc.begin(_methods.WORST, peak_bytes=worst_case_bytes(threads))
     scratch = cuda.device_array((threads, MAX_STEPS), np.int32)
     counts_ref_d = cuda.device_array(threads, np.int32)
     absorbed_ref_d = cuda.device_array(threads, np.bool_)
     lc.launch(walk_worst_case, scratch, lc.states(), counts_ref_d, absorbed_ref_d)
     counts_ref = counts_ref_d.copy_to_host()
+    lc.synced()  # the counts, for the starts
     ref_d = cuda.to_device(np.full(max(int(counts_ref.sum()), 1), -1, np.int32))
     lc.launch(gather_worst_case, scratch, counts_ref_d, cuda.to_device(_starts(counts_ref)),
               _mc.Whole(ref_d))
+    lc.end()
+    exact = simulate_exact(lc)
+    lc.methods[_methods.NRT] = _methods.Method(
+        name=_methods.NRT, note="no NRT twin: an np.empty array dies with its thread, and "
+        "the walks must live until the gather")
 
     compact = compact_d.copy_to_host()[:total]
     ref = ref_d.copy_to_host()[:int(counts_ref.sum())]
+    absorbed, absorbed_ref = absorbed_d.copy_to_host(), absorbed_ref_d.copy_to_host()
+    same = lc.check((counts_ref, ref, absorbed_ref),
+                    {_methods.HEAP: (counts, compact, absorbed), _methods.EXACT: exact})
     return lc.shard(
-        identical=np.array_equal(counts, counts_ref) and np.array_equal(compact, ref),
-        arrays={"counts": counts, "compact": compact, "absorbed": absorbed_d.copy_to_host()},
+        identical=same,
+        arrays={"counts": counts, "compact": compact, "absorbed": absorbed},
         usages={"end": usage, "snapshot": before_gather},
     )
 
@@ -264,6 +329,7 @@ def result(shard):
         compact=compact,
         counts=counts,
         heap_in_use_before_gather=before_gather.in_use,
+        methods=shard.methods,
     )
 
 
@@ -285,4 +351,6 @@ SIGNATURES = {
     "walk_heap": "ctx states int64 int32 boolean",
     "walk_worst_case": "int32[2] states int32 boolean",
     "gather_worst_case": "int32[2] int32 int64 int32",
+    "walk_count": "states int32",
+    "walk_fill": "states int32 int64 int32 boolean",
 }

@@ -6,7 +6,7 @@ them, and moves by their median (robust to outliers), which needs the ``k``
 values stored and sorted: per-step scratch of a size known only at run
 time, needed only for the duration of the step.
 
-Three versions draw the same numbers (xoroshiro128+, same seeds) and give
+These versions draw the same numbers (xoroshiro128+, same seeds) and give
 bit-identical paths:
 
 * ``path_scoped``: the step's buffer comes from devalloc's scoped scratch:
@@ -14,7 +14,12 @@ bit-identical paths:
   ``scoped`` / ``release``), no atomic per step;
 * ``path_alloc_free``: ``devalloc.alloc`` and ``free`` at every step;
 * ``path_worst_case``: a global ``threads x MAX_K`` array, the way it is
-  written today.
+  written today;
+* ``path_count`` / ``path_fill``: count + scan + exact: each thread's
+  largest k (the count pass draws every number of the path), scanned, and
+  the path again on a buffer of exactly that;
+* ``path_nrt``: each step's buffer from ``np.empty`` (CUDA's malloc through
+  NRT; GPU only).
 
 On the simulator :func:`run` also counts the atomics each heap version
 issued per allocation (``devalloc.sim.atomics.count_atomics``).
@@ -38,7 +43,7 @@ from numba.cuda.random import xoroshiro128p_normal_float32, xoroshiro128p_unifor
 
 import devalloc
 
-from . import _mc
+from . import _mc, _methods
 
 NSTEPS = 8
 MAX_K = 32
@@ -106,17 +111,63 @@ def path_alloc_free(ctx, states, out, failed):
     out[i] = x
 
 
+@cuda.jit(device=True)
+def _path(buf, states, i):
+    """Return path ``i``'s end point, every step's draws in ``buf`` (at least MAX_K long for any k)."""
+    x = 0.0
+    for _ in range(NSTEPS):
+        k = _draw_k(states, i)
+        x += DT * _fill_and_median(buf, k, states, i)
+    return x
+
+
 @cuda.jit
 def path_worst_case(scratch, states, out):
     i = cuda.grid(1)
     if i >= out.shape[0]:
         return
-    x = 0.0
-    buf = scratch[i]
+    out[i] = _path(scratch[i], states, i)
+
+
+@cuda.jit
+def path_count(states, counts):
+    """Count pass of the count + scan twin: every draw of the path, storing none; the largest k."""
+    i = cuda.grid(1)
+    if i >= counts.shape[0]:
+        return
+    most = 0
     for _ in range(NSTEPS):
         k = _draw_k(states, i)
-        x += DT * _fill_and_median(buf, k, states, i)
+        most = max(most, k)
+        for _ in range(k):
+            xoroshiro128p_normal_float32(states, i)
+    counts[i] = most
+
+
+@cuda.jit
+def path_fill(states, counts, starts, scratch, out):
+    """Fill pass: the path again, each step's draws in the thread's exact buffer (its largest k)."""
+    i = cuda.grid(1)
+    if i >= out.shape[0]:
+        return
+    s = starts[i]
+    out[i] = _path(scratch[s:s + counts[i]], states, i)
+
+
+def _path_nrt(states, out):
+    """NRT twin of ``path_alloc_free``: each step's buffer from ``np.empty`` (CUDA malloc)."""
+    i = cuda.grid(1)
+    if i >= out.shape[0]:
+        return
+    x = 0.0
+    for _ in range(NSTEPS):
+        k = _draw_k(states, i)
+        x += DT * _fill_and_median(np.empty(k, np.float32), k, states, i)
     out[i] = x
+
+
+#: Compiled (and launched) only with NRT on: see ``_mc.nrt_enabled``.
+path_nrt = cuda.jit(_path_nrt)
 
 
 #: Seconds per thread on the CUDA simulator, for the demo's time estimate:
@@ -125,6 +176,14 @@ def path_worst_case(scratch, states, out):
 #: cores shared with other jobs, load 9 to 11): (84.8 - 21.8) / 224.
 #: An estimate good to a factor of about 2.
 SIM_SECONDS_PER_THREAD = 0.28
+
+
+#: Heap bytes per thread beyond the first MiB: a thread holds one scoped chunk
+#: (at least ``layout.SCOPE_MIN_CHUNK`` = 256 B) or one block of at most
+#: ``MAX_K * 4`` = 128 B at a time; twice that leaves room for partly filled
+#: slabs. (It was 0: a 1 MiB heap, enough for the simulator's one block at a
+#: time, failed 1.9 million of 8 million allocations at 1M threads on an H100.)
+PER_THREAD = 2 * 256
 
 
 def worst_case_bytes(threads):
@@ -165,9 +224,10 @@ class StepResult(_mc.Result):
         ]
 
 
-def _heap_run(lc, kernel, heap):
-    """Run ``kernel`` on an emptied ``heap``; return outputs, failures, usage, atomics counted."""
+def _heap_run(lc, kernel, heap, name):
+    """Run ``kernel`` on an emptied ``heap`` as method ``name``; return outputs, failures, usage, atomics counted."""
     heap.reset()
+    row = lc.begin(name)
     out = cuda.device_array(lc.threads, np.float64)
     failed = cuda.to_device(np.zeros(lc.threads, np.int32))
     atomics = {}
@@ -179,7 +239,9 @@ def _heap_run(lc, kernel, heap):
         atomics = {kernel.__name__: counts.total}
     else:
         lc.launch(kernel, heap.ctx, lc.states(), out, failed)
+    lc.end()
     usage = lc.finish(heap, heap.debug)
+    row.peak_bytes, row.meta_bytes = usage.peak, heap.meta_bytes
     return out.copy_to_host(), int(failed.copy_to_host().sum()), usage, atomics
 
 
@@ -191,15 +253,36 @@ def simulate(lc, heap):
     """
     threads = lc.threads
     lc.say(f"scoped version: {threads} paths of {NSTEPS} steps, a scope per step")
-    scoped_x, scoped_failed, scoped_u, scoped_atomics = _heap_run(lc, path_scoped, heap)
+    scoped_x, scoped_failed, scoped_u, scoped_atomics = _heap_run(lc, path_scoped, heap,
+                                                                  _methods.HEAP)
     lc.say(f"alloc/free version: {threads} paths, an alloc and a free per step")
-    af_x, af_failed, af_u, af_atomics = _heap_run(lc, path_alloc_free, heap)
+    af_x, af_failed, af_u, af_atomics = _heap_run(lc, path_alloc_free, heap,
+                                                  _methods.HEAP_ALLOC_FREE)
     lc.say(f"worst-case version: {threads} x {MAX_K} floats")
+    lc.begin(_methods.WORST, peak_bytes=worst_case_bytes(threads))
     ref = cuda.device_array(threads, np.float64)
     lc.launch(path_worst_case, cuda.device_array((threads, MAX_K), np.float32), lc.states(), ref)
+    lc.end()
+
+    lc.say(f"count + scan + exact: {threads} paths drawn, largest k scanned, run again")
+    m = lc.begin(_methods.EXACT, twice=True)
+    counts = cuda.device_array(threads, np.int32)
+    lc.launch(path_count, lc.states(), counts)
+    offsets, total = lc.scan(counts)
+    scratch = lc.exact(m, total, np.float32, counts)
+    exact = cuda.device_array(threads, np.float64)
+    lc.launch(path_fill, lc.states(), counts, offsets[:threads], _mc.Whole(scratch), exact)
+    lc.end()
+
+    nrt = cuda.device_array(threads, np.float64)
+    ran_nrt = lc.nrt(_mc.malloc_bytes(m.exact_bytes, threads),
+                     lambda row: lc.launch(path_nrt, lc.states(), nrt) or True)
+
     ref_x = ref.copy_to_host()
+    same = lc.check(ref_x, {_methods.HEAP: scoped_x, _methods.HEAP_ALLOC_FREE: af_x,
+                            _methods.EXACT: exact, _methods.NRT: nrt if ran_nrt else None})
     return lc.shard(
-        identical=np.array_equal(scoped_x, ref_x) and np.array_equal(af_x, ref_x),
+        identical=same,
         arrays={"x": ref_x}, usages={"end": scoped_u, "alloc_free": af_u},
         counts={"failed": scoped_failed + af_failed, **scoped_atomics, **af_atomics})
 
@@ -228,6 +311,7 @@ def result(shard):
         alloc_free_usage=af_u,
         scoped_atomics_per_alloc=per_alloc(path_scoped),
         alloc_free_atomics_per_alloc=per_alloc(path_alloc_free),
+        methods=shard.methods,
     )
 
 
@@ -235,12 +319,13 @@ def run(threads=128, seed=1, *, capacity=None, block=32, progress=None, debug=Fa
         profile=False):
     """Run the three versions; return a :class:`StepResult`.
 
-    ``capacity`` defaults to 1 MiB. ``progress`` is told each phase (see
+    ``capacity`` defaults to 1 MiB plus :data:`PER_THREAD` bytes per thread
+    (on a GPU every thread may hold its scratch at once). ``progress`` is told each phase (see
     :class:`_mc.Runner`). ``debug`` runs the heap versions on a debug heap
     and raises ``HeapCorruption`` on misuse (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=0, profile=profile)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=PER_THREAD, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.
@@ -248,4 +333,8 @@ SIGNATURES = {
     "path_scoped": "ctx states float64 int32",
     "path_alloc_free": "ctx states float64 int32",
     "path_worst_case": "float32[2] states float64",
+    "path_count": "states int32",
+    "path_fill": "states int32 int64 float32 float64",
 }
+#: The NRT twin's, compiled with NRT on (``_mc.precompile``).
+NRT_SIGNATURES = {"path_nrt": "states float64"}

@@ -11,6 +11,10 @@ that draw fewer than 2 need no scratch at all.
   what the thread drew.
 * ``variance_worst_case``: the way it is written today: a global array of
   ``threads x MAX_SAMPLES`` floats, the worst case for every thread.
+* ``variance_count`` / ``variance_fill``: count + scan + exact (the count
+  pass draws the counts only).
+* ``variance_nrt``: the samples in an ``np.empty`` array (CUDA's malloc
+  through NRT; GPU only).
 
 Both draw from the same per-thread xoroshiro128+ stream (numba.cuda.random),
 so their results are identical bit for bit.
@@ -33,7 +37,7 @@ from numba.cuda.random import xoroshiro128p_uniform_float32
 
 import devalloc
 
-from . import _mc
+from . import _mc, _methods
 
 MAX_SAMPLES = 1024
 MEAN_SAMPLES = 16.0
@@ -79,6 +83,14 @@ def variance_heap(ctx, states, out):
     devalloc.free(ctx, off)
 
 
+@cuda.jit(device=True)
+def _fill_variance(buf, n, states, i):
+    """Draw ``n`` samples into ``buf``; return their variance."""
+    for j in range(n):
+        buf[j] = xoroshiro128p_uniform_float32(states, i)
+    return _variance(buf, n)
+
+
 @cuda.jit
 def variance_worst_case(scratch, states, out):
     i = cuda.grid(1)
@@ -88,10 +100,47 @@ def variance_worst_case(scratch, states, out):
     if n < 2:
         out[i] = -1.0
         return
-    buf = scratch[i]
-    for j in range(n):
-        buf[j] = xoroshiro128p_uniform_float32(states, i)
-    out[i] = _variance(buf, n)
+    out[i] = _fill_variance(scratch[i], n, states, i)
+
+
+@cuda.jit
+def variance_count(states, counts):
+    """Count pass of the count + scan twin: draw each thread's count (0 below 2)."""
+    i = cuda.grid(1)
+    if i >= counts.shape[0]:
+        return
+    n = _draw_count(states, i)
+    counts[i] = n if n >= 2 else 0
+
+
+@cuda.jit
+def variance_fill(states, starts, samples, out):
+    """Fill pass: draw the count again, then the samples into the exact buffer."""
+    i = cuda.grid(1)
+    if i >= out.shape[0]:
+        return
+    n = _draw_count(states, i)  # the same number as the count pass drew
+    if n < 2:
+        out[i] = -1.0
+        return
+    s = starts[i]
+    out[i] = _fill_variance(samples[s:s + n], n, states, i)
+
+
+def _variance_nrt(states, out):
+    """NRT twin: the samples in an ``np.empty`` array (CUDA malloc), freed at the end."""
+    i = cuda.grid(1)
+    if i >= out.shape[0]:
+        return
+    n = _draw_count(states, i)
+    if n < 2:
+        out[i] = -1.0
+        return
+    out[i] = _fill_variance(np.empty(n, np.float32), n, states, i)
+
+
+#: Compiled (and launched) only with NRT on: see ``_mc.nrt_enabled``.
+variance_nrt = cuda.jit(_variance_nrt)
 
 
 #: Seconds per thread on the CUDA simulator, for the demo's time estimate:
@@ -124,24 +173,47 @@ class VarianceResult(_mc.Result):
 
 
 def simulate(lc, heap):
-    """Run both versions on ``lc``'s threads; return their :class:`_mc.Shard`.
+    """Run every version on ``lc``'s threads; return their :class:`_mc.Shard`.
 
-    ``heap`` must be empty (just made or reset); a debug heap is checked at
-    the end (``HeapCorruption`` if a block was overrun or freed wrongly).
+    The heap version, the worst-case twin, the count + scan + exact twin
+    and (on a GPU) the NRT twin. ``heap`` must be empty (just made or
+    reset); a debug heap is checked at the end (``HeapCorruption`` if a
+    block was overrun or freed wrongly).
     """
     threads = lc.threads
     lc.say(f"heap version: {threads} threads, each with a run-time number of samples")
+    heap_row = lc.begin(_methods.HEAP)
     out_heap = cuda.device_array(threads, np.float64)
     lc.launch(variance_heap, heap.ctx, lc.states(), out_heap)
+    lc.end()
     usage = lc.finish(heap, heap.debug)
+    heap_row.peak_bytes, heap_row.meta_bytes = usage.peak, heap.meta_bytes
 
     lc.say(f"worst-case version: {threads} x {MAX_SAMPLES} samples")
+    lc.begin(_methods.WORST, peak_bytes=worst_case_bytes(threads))
     scratch = cuda.device_array((threads, MAX_SAMPLES), np.float32)
     out_ref = cuda.device_array(threads, np.float64)
     lc.launch(variance_worst_case, scratch, lc.states(), out_ref)
+    lc.end()
+
+    lc.say(f"count + scan + exact: {threads} counts drawn, scanned, drawn again")
+    m = lc.begin(_methods.EXACT, twice=True, note="the counting pass draws the counts only")
+    counts = cuda.device_array(threads, np.int32)
+    lc.launch(variance_count, lc.states(), counts)
+    offsets, total = lc.scan(counts)
+    samples = lc.exact(m, total, np.float32, counts)
+    out_exact = cuda.device_array(threads, np.float64)
+    lc.launch(variance_fill, lc.states(), offsets[:threads], _mc.Whole(samples), out_exact)
+    lc.end()
+
+    out_nrt = cuda.device_array(threads, np.float64)
+    ran_nrt = lc.nrt(_mc.malloc_bytes(m.exact_bytes, threads),
+                     lambda row: lc.launch(variance_nrt, lc.states(), out_nrt) or True)
 
     a = out_heap.copy_to_host()
-    return lc.shard(identical=np.array_equal(a, out_ref.copy_to_host()),
+    same = lc.check(out_ref, {_methods.HEAP: a, _methods.EXACT: out_exact,
+                              _methods.NRT: out_nrt if ran_nrt else None})
+    return lc.shard(identical=same,
                     arrays={"variance": a}, usages={"end": usage})
 
 
@@ -160,6 +232,7 @@ def result(shard):
         worst_case_bytes=worst_case_bytes(shard.threads),
         usage=usage,
         estimates=int(used.size),
+        methods=shard.methods,
     )
 
 
@@ -178,4 +251,8 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
 SIGNATURES = {
     "variance_heap": "ctx states float64",
     "variance_worst_case": "float32[2] states float64",
+    "variance_count": "states int32",
+    "variance_fill": "states int64 float32 float64",
 }
+#: The NRT twin's, compiled with NRT on (``_mc.precompile``).
+NRT_SIGNATURES = {"variance_nrt": "states float64"}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gpu_marks import ON_GPU, needs_simulator
 
 from conftest import COMPILE_REPORT
 
@@ -47,17 +48,25 @@ def check_matches_twin_and_frees_everything(module, **kwargs):
     assert u.allocs == u.frees > 0
     assert r.heap_peak_bytes == u.peak > 0
     assert r.worst_case_bytes == module.worst_case_bytes(args["threads"])
-    assert r.heap_peak_bytes < r.worst_case_bytes
+    if not ON_GPU:
+        # A GPU runs every thread at once: slabs spread over hint slots
+        # (heap.spread), so a few dozen threads can take more than their
+        # worst case (issue 30's crossover). The simulator runs a block at a time.
+        assert r.heap_peak_bytes < r.worst_case_bytes
     assert math.isfinite(r.answer) and r.stderr > 0
     return r
 
 
-def test_rng_states_are_numbas_states():
+@pytest.mark.parametrize("seed", [0, 7, 2**64 - 1])
+def test_rng_states_are_numbas_states(seed):
     from numba.cuda.random import create_xoroshiro128p_states
 
-    for seed in (0, 7, 2**64 - 1):
+    ours = _mc.rng_states(5, seed)
+    try:
         expected = create_xoroshiro128p_states(5, seed=seed).copy_to_host()
-        assert np.array_equal(_mc.rng_states(5, seed), expected)
+    except OverflowError as e:  # seen on a GPU: numba-cuda 0.30.4, NumPy 2.5.2
+        pytest.skip(f"numba-cuda's create_xoroshiro128p_states refuses seed {seed} here ({e})")
+    assert np.array_equal(ours, expected)
 
 
 def test_particle_transport_matches_worst_case_and_frees_everything():
@@ -214,6 +223,7 @@ class _Bars:
         return tqdm(total=total, desc=desc, file=self.file, mininterval=0)
 
 
+@needs_simulator("progress bars are drawn for simulator launches only")
 def test_launches_cut_for_a_progress_bar_give_the_very_same_walks():
     # 8 blocks of 8 threads: every launch is cut into 8 launches of 8 rows.
     plain = rw.run(threads=THREADS, seed=5, block=8)
@@ -223,9 +233,11 @@ def test_launches_cut_for_a_progress_bar_give_the_very_same_walks():
     assert np.array_equal(plain.counts, cut.counts) and np.array_equal(plain.compact, cut.compact)
     assert plain.answer == cut.answer and plain.histogram == cut.histogram
     assert bars.bars == [("RNG states", THREADS), ("walk_heap", THREADS),
-                         ("walk_worst_case", THREADS), ("gather_worst_case", THREADS)]
+                         ("walk_worst_case", THREADS), ("gather_worst_case", THREADS),
+                         ("walk_count", THREADS), ("walk_fill", THREADS)]
     shown = bars.file.getvalue()
-    for kernel in ("walk_heap", "walk_worst_case", "gather_worst_case"):
+    for kernel in ("walk_heap", "walk_worst_case", "gather_worst_case", "walk_count",
+                   "walk_fill"):
         for done in range(8, THREADS + 1, 8):  # a block at a time
             assert re.search(rf"\r{kernel}: [^\r]*\| {done}/{THREADS} ", shown), (kernel, done)
-    assert len(bars.phases) == 3
+    assert len(bars.phases) == 4

@@ -5,6 +5,7 @@ import pytest
 from numba import cuda
 
 import devalloc
+from gpu_marks import COUNTS_ATOMICS
 from devalloc import layout as L
 from devalloc import observed
 
@@ -305,6 +306,7 @@ def k_churn(ctx, out):
     out[i] = devalloc.bump(ctx, 48)
 
 
+@COUNTS_ATOMICS
 def test_cas_retries_are_exactly_the_lost_cas():
     import sys
 

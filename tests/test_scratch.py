@@ -5,6 +5,7 @@ import pytest
 from numba import cuda
 
 import devalloc
+from gpu_marks import COUNTS_ATOMICS
 from devalloc import layout as L
 
 
@@ -321,6 +322,7 @@ def steps_in_scopes(ctx, steps, nbytes, out):
     out[steps] = devalloc.release(ctx, s, outer)
 
 
+@COUNTS_ATOMICS
 def test_inner_scopes_reuse_the_chunk_without_atomics():
     from devalloc.sim.atomics import count_atomics
 
@@ -344,6 +346,7 @@ def test_inner_scopes_reuse_the_chunk_without_atomics():
     assert (u.scoped_bytes, u.reserved, u.allocs, u.failed, u.scope_misuse) == (0, 0, 0, 0, 0)
 
 
+@COUNTS_ATOMICS
 def test_step_scratch_example_matches_and_costs_fewer_atomics():
     from devalloc.examples import step_scratch
 
@@ -363,6 +366,7 @@ def bump_same_size(ctx, n, out):
     out[i] = devalloc.bump(ctx, n)
 
 
+@COUNTS_ATOMICS
 def test_a_converged_warp_bumping_one_size_costs_one_atomic():
     # The simulator's "warp" mode makes the 32 lanes of a warp rendezvous, so
     # aggregation happens as on a GPU (one block at a time: no contention).
@@ -385,6 +389,7 @@ def test_a_converged_warp_bumping_one_size_costs_one_atomic():
     assert heap.usage().bump_allocs == 96
 
 
+@COUNTS_ATOMICS
 def test_bump_in_single_lane_mode_costs_one_cas_per_lane():
     from devalloc.sim.atomics import count_atomics
 

@@ -88,7 +88,7 @@ def installed(tmp_path_factory):
 def test_the_wheel_holds_the_examples_as_devalloc_examples(installed):
     _, _, wheel = installed
     names = set(zipfile.ZipFile(wheel).namelist())
-    for module in ["__init__", "_mc", "_script", *cli.EXAMPLES]:
+    for module in ["__init__", "_mc", "_metering", "_methods", "_scan", "_script", *cli.EXAMPLES]:
         assert f"devalloc/examples/{module}.py" in names
     assert not any(n.startswith("kernels/") for n in names)
 
@@ -113,3 +113,13 @@ def test_every_example_runs_from_a_plain_install_outside_the_checkout(installed,
     s = json.loads(proc.stdout)
     assert s["example"] == example and s["threads"] == 4
     assert s["identical"] is True
+
+
+def test_the_gpu_check_is_installed_and_says_when_there_is_no_gpu(installed):
+    python, away, wheel = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for module in ("__init__", "__main__", "parts", "report", "stress"):
+        assert f"devalloc/gpucheck/{module}.py" in names
+    proc = subprocess.run([python, "-m", "devalloc.gpucheck", "--help"], cwd=away,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--simulate" in proc.stdout

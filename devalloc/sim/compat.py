@@ -353,5 +353,32 @@ def check(simulator: bool | None = None) -> None:
     )
 
 
+#: NumPy names that numba-cuda (up to at least 0.30.4) reads when it first
+#: compiles a kernel (``numba.cuda.np.arrayobj`` overloads them at import),
+#: which a newer NumPy removed, and what each was an alias of. NumPy 2.5
+#: dropped ``row_stack`` (deprecated in 2.0 as an alias of ``vstack``); with
+#: it missing, every kernel compile on the real target fails with
+#: ``AttributeError: module 'numpy' has no attribute 'row_stack'`` (seen on a
+#: GPU machine with numba-cuda 0.30.4 and NumPy 2.5.2).
+NUMPY_ALIASES = {"row_stack": "vstack"}
+
+
+def restore_numpy_aliases() -> list[str]:
+    """Put back the NumPy aliases numba-cuda reads and the installed NumPy dropped.
+
+    Each restored name is the very function it was an alias of, so NumPy
+    behaves as the release that still had it. Returns the names restored
+    (empty with a NumPy that has them all). Called before numba-cuda
+    compiles anything (``devalloc``'s first use, :func:`devalloc.target.choose`).
+    """
+    import numpy as np
+
+    restored = []
+    for old, new in NUMPY_ALIASES.items():
+        if not hasattr(np, old) and hasattr(np, new):
+            setattr(np, old, getattr(np, new))
+            restored.append(old)
+    return restored
+
 # One check at a time: the probes read module state the shim also changes.
 _PROBE_LOCK = threading.Lock()

@@ -1,0 +1,448 @@
+"""The parts of ``python -m devalloc.gpucheck``, each run in a process of its own.
+
+``python -m devalloc.gpucheck.parts NAME --mode full|quick|simulate --json FILE``
+runs one part and writes its result to FILE: ``{"part", "status", "summary",
+"data"}`` where status is ``passed`` or ``failed`` (verification parts),
+``info`` (figures: they never fail the check) or ``skipped`` (with the
+reason in ``summary``). The runner (:mod:`devalloc.gpucheck.__main__`) sets
+``NUMBA_ENABLE_CUDASIM`` for the mode before this module imports numba.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from importlib import metadata
+from pathlib import Path
+
+#: The examples run against their worst-case twins (kernels/).
+EXAMPLES = ("ragged_walks", "particle_transport", "barrier_option", "two_pass_variance",
+            "step_scratch")
+#: Threads per example run, by mode.
+EXAMPLE_THREADS = {"full": 1_000_000, "quick": 100_000, "simulate": 32}
+#: Stress settings by mode: (rounds, warps per SM, largest block).
+STRESS = {"full": (200, 16, 1 << 17), "quick": (60, 8, 1 << 17), "simulate": (4, None, 40_000)}
+#: The kernel test files run with DEVALLOC_TEST_GPU=1 (simulate: one small file).
+TEST_FILES = ("test_kernels.py", "test_heap_sim.py", "test_scratch.py", "test_churn_sim.py",
+              "test_misuse.py", "test_observe.py", "test_lifecycle.py", "test_examples.py",
+              "test_warp_sim.py", "test_gpucheck.py")
+SIM_TEST_FILES = ("test_kernels.py",)
+QUICK_TEST_FILES = ("test_kernels.py", "test_heap_sim.py", "test_gpucheck.py")
+#: numpy releases devalloc is tested with (pyproject: numpy>=1.24).
+NUMPY_TESTED = ("1.24", "2.4")
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (tests/, bench/) when run from one
+
+
+def _version(dist):
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _vtuple(v):
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def result(part, status, summary, **data):
+    return {"part": part, "status": status, "summary": summary, "data": data}
+
+
+# ------------------------------------------------------------------ environment
+
+
+def environment(mode):
+    """GPU, driver, runtime and package versions; warnings for untested versions."""
+    from ..sim import compat
+
+    restored = compat.restore_numpy_aliases()
+    from numba import config, cuda
+
+    versions = {d: _version(d) for d in ("numba", "numba-cuda", "cuda-bindings", "numpy",
+                                         "cuda-python", "llvmlite")}
+    warnings = []
+    nc = versions["numba-cuda"]
+    if nc and not _vtuple(compat.TESTED[0]) <= _vtuple(nc) <= _vtuple(compat.TESTED[1]):
+        warnings.append(f"numba-cuda {nc} is outside the tested range "
+                        f"{compat.TESTED[0]}..{compat.TESTED[1]}")
+    npv = versions["numpy"]
+    if npv and not _vtuple(NUMPY_TESTED[0]) <= _vtuple(npv)[:2] <= _vtuple(NUMPY_TESTED[1]):
+        warnings.append(f"numpy {npv} is outside the tested range "
+                        f"{NUMPY_TESTED[0]}..{NUMPY_TESTED[1]}.x")
+    if restored:
+        warnings.append(f"numpy lacks {', '.join(restored)} that numba-cuda {nc} reads: "
+                        "devalloc put the alias back (devalloc.sim.compat.NUMPY_ALIASES)")
+    problems = compat.problems()
+    data = {"versions": versions, "python": sys.version.split()[0], "warnings": warnings,
+            "numba_cuda_problems": problems}
+    if config.ENABLE_CUDASIM:
+        data["gpu"] = "CUDA simulator"
+        return result("environment", "passed" if not problems else "failed",
+                      "the CUDA simulator; " + (f"{len(warnings)} warnings" if warnings
+                                                else "versions in range"), **data)
+    from numba.cuda.cudadrv.driver import get_version
+
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else dev.name
+    try:
+        runtime = ".".join(map(str, cuda.runtime.get_version()))
+    except Exception as e:  # the runtime library may be absent: say so
+        runtime = f"unknown ({type(e).__name__})"
+    ctx = cuda.current_context()
+    free, total = ctx.get_memory_info()
+    data.update(gpu=name, sms=dev.MULTIPROCESSOR_COUNT,
+                cc=".".join(map(str, dev.compute_capability)),
+                driver=".".join(map(str, get_version())), runtime=runtime,
+                memory_bytes=int(total), free_bytes=int(free))
+    status = "failed" if problems else "passed"
+    summary = (f"{name}, {dev.MULTIPROCESSOR_COUNT} SMs, cc {data['cc']}, driver "
+               f"{data['driver']}, runtime {runtime}; numba-cuda {nc}, numpy {npv}"
+               + (f"; {len(warnings)} warnings" if warnings else ""))
+    return result("environment", status, summary, **data)
+
+
+# ------------------------------------------------------------------------ tests
+
+
+def tests(mode):
+    """The kernel tests: DEVALLOC_TEST_GPU=1 on a GPU, one small file on the simulator."""
+    folder = ROOT / "tests"
+    if not (folder / "conftest.py").exists():
+        return result("tests", "skipped", "no tests/ folder: run from a checkout of devalloc")
+    files = {"simulate": SIM_TEST_FILES, "quick": QUICK_TEST_FILES}.get(mode, TEST_FILES)
+    files = [str(folder / f) for f in files if (folder / f).exists()]
+    env = dict(os.environ)
+    if mode == "simulate":
+        env.pop("DEVALLOC_TEST_GPU", None)
+    else:
+        env["DEVALLOC_TEST_GPU"] = "1"
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "junit.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs",
+               f"--junitxml={xml}", *files]
+        if mode != "simulate" and _version("pytest-xdist"):
+            cmd[4:4] = ["-n", str(os.cpu_count() or 1)]  # the compiles run on the CPU
+        if mode != "simulate" and _version("pytest-timeout"):
+            cmd[4:4] = ["--timeout", "120"]  # a hanging test fails alone
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+        print(p.stdout[-20000:])
+        print(p.stderr[-5000:], file=sys.stderr)
+        counts, failures, skips = _junit(xml)
+    status = "passed" if p.returncode == 0 and not counts["failed"] + counts["errors"] \
+        else "failed"
+    summary = (f"{counts['passed']} passed, {counts['failed']} failed, {counts['errors']} "
+               f"errors, {counts['skipped']} skipped in {seconds:.0f} s")
+    return result("tests", status, summary, counts=counts, failures=failures,
+                  skips=skips, returncode=p.returncode, files=[Path(f).name for f in files])
+
+
+def _junit(path):
+    """Return (counts, failed test ids with their first line, skip reasons with counts)."""
+    import xml.etree.ElementTree as ET
+
+    counts = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    failures, skips = [], {}
+    if not path.exists():
+        return counts, ["pytest wrote no report"], skips
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag: child for child in case}
+        if "failure" in kinds or "error" in kinds:
+            tag = "failure" if "failure" in kinds else "error"
+            counts["failed" if tag == "failure" else "errors"] += 1
+            msg = (kinds[tag].get("message") or "").splitlines()
+            failures.append(f"{name}: {msg[0][:200] if msg else tag}")
+        elif "skipped" in kinds:
+            counts["skipped"] += 1
+            why = (kinds["skipped"].get("message") or "").strip()[:160]
+            skips[why] = skips.get(why, 0) + 1
+        else:
+            counts["passed"] += 1
+    return counts, failures, skips
+
+
+# ----------------------------------------------------------------------- stress
+
+
+def stress(mode):
+    """The stress kernel: a heap sized for the worst case, then one a third too small."""
+    from . import stress as st
+
+    rounds, warps, max_large = STRESS[mode]
+    if mode == "simulate":
+        first = st.run(threads=64, rounds=rounds, block=32, max_large=max_large)
+    else:
+        first = st.run(rounds=rounds, warps_per_sm=warps, max_large=max_large)
+    from .. import layout as L
+
+    second_cap = max(first["peak"] // 3, L.MIN_CAPACITY)
+    second = st.run(threads=first["threads"], rounds=rounds, max_large=max_large,
+                    capacity=second_cap, block=first["block"])
+    wrong = [f"room: {w}" for w in st.verdict(first)] + \
+        [f"tight: {w}" for w in st.verdict(second)]
+    fail_rate = second["nulls"] / max(1, second["requests"])
+    summary = (f"{first['threads']} threads x {rounds} rounds: {first['allocs']} blocks "
+               f"served, {first['bad_blocks']} bad, {first['nulls']} NULLs with room "
+               f"(peak {first['peak'] / first['capacity']:.1%} of the heap); tight heap: "
+               f"{fail_rate:.0%} of requests failed, {second['bad_blocks']} bad; "
+               f"drained heaps consistent: "
+               f"{'yes' if not (first['drained_problem'] or second['drained_problem']) else 'NO'}")
+    return result("stress", "failed" if wrong else "passed", summary, room=first,
+                  tight=second, problems=wrong)
+
+
+def stress_small(mode):
+    """A small stress configuration for compute-sanitizer (a few thousand threads)."""
+    from . import stress as st
+
+    r = st.run(threads=64 if mode == "simulate" else 2048, rounds=4 if mode == "simulate"
+               else 12, block=32 if mode == "simulate" else 256, max_large=40_000)
+    wrong = st.verdict(r)
+    return result("stress-small", "failed" if wrong else "passed",
+                  f"{r['allocs']} blocks, {r['bad_blocks']} bad, {r['nulls']} NULLs", run=r,
+                  problems=wrong)
+
+
+# -------------------------------------------------------------------- sanitizer
+
+#: "ERROR SUMMARY: 0 errors" (memcheck, synccheck); "RACECHECK SUMMARY: 0 hazards
+#: displayed (0 errors, 0 warnings)" (racecheck).
+_SUMMARY = re.compile(r"SUMMARY: (?:[^\n(]*\()?(\d+) error")
+
+
+def sanitizer(mode):
+    """compute-sanitizer memcheck, racecheck and synccheck on a small stress and an example."""
+    if mode == "simulate":
+        return result("sanitizer", "skipped", "skipped: simulator")
+    tool = shutil.which("compute-sanitizer")
+    if tool is None:
+        return result("sanitizer", "skipped", "skipped: compute-sanitizer is not on the PATH")
+    targets = {
+        "stress-small": [sys.executable, "-m", "devalloc.gpucheck.parts", "stress-small",
+                         "--mode", "quick"],
+        "ragged_walks": [sys.executable, "-m", "devalloc", "demo", "--threads", "4096",
+                         "--json"],
+    }
+    plan = ([("memcheck", "stress-small")] if mode == "quick" else
+            [("memcheck", "stress-small"), ("memcheck", "ragged_walks"),
+             ("racecheck", "stress-small"), ("synccheck", "stress-small")])
+    limit = 40 if mode == "quick" else 50  # per run; the part has its own limit
+    runs, kernel_errors, refused = [], 0, []
+    for check, name in plan:
+        cmd = targets[name]
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run([tool, "--tool", check, "--error-exitcode", "99", *cmd],
+                               capture_output=True, text=True, timeout=limit)
+            out = p.stdout + p.stderr
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            out, rc = f"timed out after {limit} s", None
+        m = _SUMMARY.findall(out)
+        errors = int(m[-1]) if m else None
+        api = len(re.findall(r"Program hit .* on CUDA API call", out))
+        msgs = sorted(set(re.findall(r"=========\s+(Invalid [^\n]*|Program hit [^\n]*|"
+                                     r"[A-Za-z ]*hazard[^\n]*|Race [^\n]*)", out)))[:8]
+        if "not supported" in out.lower() and errors is None:
+            refused.append(f"{check} on {name}: {out.strip().splitlines()[-1][:160]}")
+        in_kernels = None if errors is None else errors - api
+        if in_kernels:
+            kernel_errors += in_kernels
+        runs.append({"tool": check, "target": name, "errors": errors,
+                     "api_errors": api, "kernel_errors": in_kernels, "returncode": rc,
+                     "seconds": round(time.perf_counter() - t0, 1), "messages": msgs})
+        print(f"--- {check} {name}: rc {rc}, errors {errors} (API {api})\n{out[-6000:]}")
+    if refused and all(r["errors"] is None for r in runs):
+        return result("sanitizer", "skipped", "skipped: compute-sanitizer refused the device: "
+                      + refused[0], runs=runs)
+    unknown = [r for r in runs if r["errors"] is None]
+    status = "failed" if kernel_errors or unknown else "passed"
+    summary = "; ".join(f"{r['tool']} {r['target']}: "
+                        + ("no summary" if r["errors"] is None else
+                           f"{r['kernel_errors']} errors" + (f" (+{r['api_errors']} CUDA API "
+                                                              "errors)" if r["api_errors"]
+                                                              else ""))
+                        for r in runs)
+    return result("sanitizer", status, summary, runs=runs)
+
+
+# ------------------------------------------------------------------- throughput
+
+
+def throughput(mode):
+    """bench/gpu_throughput.py on the survey's protocol (figures; bad blocks fail)."""
+    if mode == "simulate":
+        return result("throughput", "skipped", "skipped: simulator")
+    script = ROOT / "bench" / "gpu_throughput.py"
+    if not script.exists():
+        return result("throughput", "skipped", "no bench/ folder: run from a checkout")
+    with tempfile.TemporaryDirectory() as tmp:
+        js = Path(tmp) / "tp.json"
+        args = (["--quick"] if mode == "quick" else
+                ["--threads", "1000000", "--iterations", "5", "--runs", "3",
+                 "--sizes", "16", "256", "4096", "8192"])
+        p = subprocess.run([sys.executable, str(script), *args, "--no-write", "--json",
+                            str(js)], cwd=ROOT, capture_output=True, text=True)
+        print(p.stdout[-30000:])
+        print(p.stderr[-5000:], file=sys.stderr)
+        if p.returncode or not js.exists():
+            return result("throughput", "failed", f"bench/gpu_throughput.py exited "
+                          f"{p.returncode}", table=p.stdout[-4000:])
+        raw = json.loads(js.read_text())
+    rows = []
+    for r in raw["rows"]:
+        t = r["times"]
+        med = {k: statistics.median(v[1:] or v) for k, v in t.items() if v}
+        floor = med.get("floor")
+        rows.append({"variant": r["variant"], "allocs": r["allocs"], "bytes": r["bytes"],
+                     "alloc_over_floor": med["alloc"] / floor,
+                     "free_over_floor": med["free"] / floor,
+                     "pair_over_floor": med.get("pair", 0) / floor if "pair" in med else None,
+                     "nrt_pair_over_floor": med["nrt"] / floor if "nrt" in med else None,
+                     "first_over_later_alloc": t["alloc"][0] / med["alloc"],
+                     "floor_ms": floor, "alloc_ms": med["alloc"], "free_ms": med["free"],
+                     "nulls": r["failed"], "bad_blocks": r["bad_blocks"]})
+    bad = sum(r["bad_blocks"] for r in rows)
+    table = p.stdout[p.stdout.find("### thread-based"):] if "### thread-based" in p.stdout \
+        else p.stdout[-6000:]
+    worst = max(rows, key=lambda r: r["alloc_over_floor"])
+    summary = (f"{len(rows)} rows; alloc / floor median from "
+               f"{min(r['alloc_over_floor'] for r in rows):.1f} to "
+               f"{worst['alloc_over_floor']:.1f} ({worst['variant']}, {worst['bytes']} B); "
+               f"{sum(r['nulls'] for r in rows)} NULLs, {bad} bad blocks")
+    return result("throughput", "failed" if bad else "info", summary, rows=rows,
+                  nrt=raw.get("nrt"), step_scratch=raw.get("step_scratch"), table=table)
+
+
+# --------------------------------------------------------------------- examples
+
+
+class _Phases:
+    """A progress callback that records when each phase of an example began."""
+
+    def __init__(self):
+        self.marks = []
+
+    def __call__(self, msg):
+        self.marks.append((time.perf_counter(), str(msg)))
+
+
+def _split(marks, end):
+    """Return seconds in the heap versions and in the worst-case version."""
+    starts = [t for t, m in marks]
+    worst = next((t for t, m in marks if m.startswith("worst-case")), None)
+    if not starts or worst is None:
+        return None, None
+    return worst - starts[0], end - worst
+
+
+def examples(mode):
+    """Every example against its worst-case twin: identical answers, time, memory."""
+    from numba import config
+
+    from .. import _examples
+
+    threads = EXAMPLE_THREADS[mode]
+    rows, wrong = [], []
+    for name in EXAMPLES:
+        module = _examples.load(name)
+        runs = []
+        for _ in range(2):  # the first run compiles and loads every kernel
+            ph = _Phases()
+            t0 = time.perf_counter()
+            r = module.run(threads=threads, seed=1, progress=ph)
+            end = time.perf_counter()
+            runs.append((end - t0, _split(ph.marks, end), r))
+        (first, _, _), (second, (heap_s, worst_s), r) = runs
+        failed = int(getattr(r, "failed", None) or getattr(r.usage, "failed", 0))
+        row = {"example": name, "threads": threads, "identical": bool(r.identical),
+               "heap_peak_bytes": int(r.heap_peak_bytes),
+               "heap_capacity_bytes": int(r.usage.capacity),
+               "worst_case_bytes": int(r.worst_case_bytes), "failed_allocs": failed,
+               "first_run_s": round(first, 3), "warm_run_s": round(second, 3),
+               "first_call_latency_s": round(first - second, 3),
+               "heap_versions_s": None if heap_s is None else round(heap_s, 4),
+               "worst_case_s": None if worst_s is None else round(worst_s, 4)}
+        row["time_ratio"] = (row["heap_versions_s"] / row["worst_case_s"]
+                             if heap_s and worst_s else None)
+        rows.append(row)
+        if not r.identical:
+            wrong.append(f"{name}: the heap version's answer differs from its twin's "
+                         f"({failed} allocations failed)")
+    target = "simulator" if config.ENABLE_CUDASIM else "gpu"
+    summary = (f"{sum(r['identical'] for r in rows)} of {len(rows)} identical to their "
+               f"worst-case twins at {threads} threads on the {target}")
+    return result("examples", "failed" if wrong else "passed", summary, rows=rows,
+                  problems=wrong)
+
+
+# ---------------------------------------------------------------------- latency
+
+
+def latency(mode):
+    """First-call latency (compile + load + first launch) of a one-``alloc`` kernel."""
+    import numpy as np
+    from numba import cuda
+
+    import devalloc
+
+    from .stress import one_alloc
+
+    heap = devalloc.Heap(1 << 22)
+    sizes = cuda.to_device(np.full(256, 48, np.int64))
+    out = cuda.device_array(256, np.int64)
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        one_alloc[1, 256](heap.ctx, sizes, out)
+        cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    heap.close()
+    first, later = times[0], statistics.median(times[1:])
+    return result("latency", "info", f"one-alloc kernel: first call {first:.2f} s (compile + "
+                  f"load + launch), later calls {later * 1e3:.2f} ms", first_s=first,
+                  later_s=later)
+
+
+PARTS = {"environment": environment, "tests": tests, "stress": stress,
+         "sanitizer": sanitizer, "throughput": throughput, "examples": examples,
+         "latency": latency, "stress-small": stress_small}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m devalloc.gpucheck.parts",
+                                description="Run one part of the GPU check.")
+    p.add_argument("part", choices=sorted(PARTS))
+    p.add_argument("--mode", choices=("full", "quick", "simulate"), default="full")
+    p.add_argument("--json", metavar="FILE", help="write the part's result here")
+    a = p.parse_args(argv)
+    from .. import target
+
+    if a.mode == "simulate":
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        sys.setswitchinterval(5e-5)  # contention shows on the simulator
+    target.choose()
+    try:
+        res = PARTS[a.part](a.mode)
+    except Exception:
+        res = result(a.part, "failed", "raised: " + traceback.format_exc().strip()
+                     .splitlines()[-1][:300], traceback=traceback.format_exc())
+        print(res["data"]["traceback"], file=sys.stderr)
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, default=str))
+    print(f"{res['part']}: {res['status']}: {res['summary']}")
+    return 0 if res["status"] in ("passed", "info", "skipped") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

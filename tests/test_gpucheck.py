@@ -1,0 +1,164 @@
+"""The GPU check (``python -m devalloc.gpucheck``): its stress kernel, report and command.
+
+The stress kernel runs tiny on the simulator and at full size (every SM
+full, 200 rounds) with ``DEVALLOC_TEST_GPU=1``. The command itself runs with
+``--simulate``, so its own code is exercised where there is no GPU.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from numba import config
+
+from devalloc import target
+from devalloc.gpucheck import EXIT_NO_GPU, EXIT_PASSED
+from devalloc.gpucheck import report as R
+
+ROOT = Path(__file__).resolve().parents[1]
+ON_GPU = not config.ENABLE_CUDASIM
+
+
+@pytest.mark.usefixtures("fine_interleaving")
+def test_stress_kernel_finds_no_overlap_no_spurious_null_and_drains():
+    from devalloc.gpucheck import stress
+
+    if ON_GPU:
+        r = stress.run(rounds=200, warps_per_sm=16)
+    else:
+        r = stress.run(threads=64, rounds=5, block=32, max_large=40_000)
+    assert stress.verdict(r) == []
+    assert r["allocs"] > 0 and r["nulls"] == 0 and r["bad_blocks"] == 0
+    assert r["requests"] == r["allocs"]
+
+
+@pytest.mark.usefixtures("fine_interleaving")
+def test_stress_kernel_on_a_tight_heap_fails_some_and_corrupts_nothing():
+    from devalloc import layout as L
+    from devalloc.gpucheck import stress
+
+    threads = 4096 if ON_GPU else 64
+    roomy = stress.run(threads=threads, rounds=5, block=32, max_large=40_000)
+    r = stress.run(threads=threads, rounds=5, block=32, max_large=40_000,
+                   capacity=max(roomy["peak"] // 3, L.MIN_CAPACITY))
+    assert r["nulls"] > 0, "a heap a third of the peak must refuse some requests"
+    assert stress.verdict(r) == []  # counted, nothing corrupted, drained consistent
+
+
+def test_verdict_names_each_kind_of_wrong_result():
+    from devalloc.gpucheck import stress
+
+    good = {"bad_blocks": 0, "sized_for_room": True, "nulls": 0, "requests": 10,
+            "scoped_nulls": 0, "scope_misuse": 0,
+            "allocs": 10, "heap_allocs": 10, "heap_failed": 0, "heap_frees": 10,
+            "in_use_after": 0, "reserved_after": 0, "live_after": 0, "drained_problem": None}
+    assert stress.verdict(good) == []
+    cases = {"bad_blocks": 1, "nulls": 2, "scoped_nulls": 1, "scope_misuse": 1,
+             "heap_frees": 9, "live_after": 1, "heap_failed": 4,
+             "drained_problem": "page 3 is HEAD"}
+    for key, value in cases.items():
+        assert stress.verdict({**good, key: value}), key
+    tight = {**good, "sized_for_room": False, "nulls": 3, "requests": 13, "heap_failed": 3}
+    assert stress.verdict(tight) == []
+
+
+def test_worst_case_capacity_covers_two_blocks_per_thread():
+    from devalloc import layout as L
+    from devalloc.gpucheck import stress
+
+    one = stress.worst_case_capacity(1, 1 << 17)
+    assert (stress.worst_case_capacity(1001, 1 << 17) - one
+            == 1000 * (4 + 8 + stress.SCOPE_PAGES) * L.PAGE)
+
+
+def _results(**status):
+    return [{"part": p, "status": s, "summary": f"{p} said {s}", "data": {}}
+            for p, s in status.items()]
+
+
+def test_report_fails_only_on_verification_parts():
+    assert R.passed(_results(environment="passed", tests="passed", throughput="failed",
+                             latency="failed", sanitizer="skipped"))
+    for part in R.VERIFICATION:
+        assert not R.passed(_results(**{part: "failed"}))
+
+
+def test_report_markdown_and_summary():
+    meta = {"gpu": "NVIDIA H100 80GB HBM3", "date": "2026-11-24", "command": "c",
+            "mode": "full", "version": "0.1.0", "commit": "abc", "seconds": 12.0,
+            "verdict": "passed"}
+    results = _results(environment="passed", stress="failed")
+    results[1]["data"] = {"room": {"threads": 10, "rounds": 2, "requests": 5, "allocs": 4,
+                                   "nulls": 1, "bad_blocks": 0, "capacity": 100, "peak": 50,
+                                   "seconds": 0.1}, "problems": ["room: 1 NULLs"]}
+    md = R.markdown(meta, results)
+    assert "| stress | FAIL | stress said failed |" in md
+    assert "- problem: room: 1 NULLs" in md
+    lines = R.summary_lines(results, "verdict")
+    assert lines[-1] == "verdict" and "FAIL" in lines[1]
+    assert R.slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def _run(*args, env=None):
+    e = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    e.pop("NUMBA_ENABLE_CUDASIM", None)
+    return subprocess.run([sys.executable, "-m", "devalloc.gpucheck", *args], cwd=ROOT,
+                          env=e, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.skipif(target.gpu_available(), reason="a GPU is usable here")
+def test_without_a_gpu_it_says_so_in_one_line_and_exits_4():
+    p = _run()
+    assert p.returncode == EXIT_NO_GPU
+    assert p.stdout == "" and len(p.stderr.strip().splitlines()) == 1
+    assert "no usable CUDA GPU" in p.stderr and "--simulate" in p.stderr
+
+
+def test_simulate_runs_every_part_and_writes_the_report(tmp_path):
+    p = _run("--simulate", "--out", str(tmp_path))
+    assert p.returncode == EXIT_PASSED, p.stdout + p.stderr
+    (md,) = tmp_path.glob("gpucheck-simulate-*.md")
+    data = json.loads(md.with_suffix(".json").read_text())
+    status = {r["part"]: r["status"] for r in data["results"]}
+    assert status == {"environment": "passed", "tests": "passed", "stress": "passed",
+                      "sanitizer": "skipped", "throughput": "skipped",
+                      "examples": "passed", "latency": "info"}
+    sims = {r["part"]: r["summary"] for r in data["results"]}
+    assert sims["sanitizer"] == sims["throughput"] == "skipped: simulator"
+    tight = next(r for r in data["results"] if r["part"] == "stress")["data"]["tight"]
+    assert tight["nulls"] > 0 and tight["bad_blocks"] == 0
+    assert "Verdict: passed" in md.read_text()
+    assert md.with_suffix(".log").exists()
+
+
+COMPILE_STRESS = """
+import json, os, sys
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+sys.path.insert(0, sys.argv[1])
+import devalloc
+from devalloc import aot
+from numba import types
+from devalloc.gpucheck import stress
+sig = (devalloc.ctx_type, types.int64, types.int64, types.int64, types.int64[:, :])
+ptx, _ = aot.compile_ptx(stress.stress_kernel, sig)
+r = aot.assemble(ptx)
+print(json.dumps({"registers": r.registers, "spills": r.spill_stores + r.spill_loads,
+                  "stack": r.stack_bytes, "membar_sc": r.sass_membar_sc}))
+"""
+
+
+@pytest.mark.slow
+def test_stress_kernel_compiles_for_sm90_without_spills():
+    """What the GPU check launches compiles for real hardware (no GPU needed)."""
+    env = dict(os.environ)
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    p = subprocess.run([sys.executable, "-c", COMPILE_STRESS, str(ROOT)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    # 91 registers when written (2 blocks of 256 threads per SM: 16 warps).
+    assert r["spills"] == 0 and r["stack"] == 0 and r["membar_sc"] == 0
+    assert r["registers"] <= 128
