@@ -57,6 +57,28 @@ def _rows(values, name, stream):
     return d if d is not None else cuda.to_device(np.ascontiguousarray(values), stream=stream)
 
 
+def scan_launches(n, span):
+    """Return the kernel launches :func:`_exclusive_scan` makes for ``n`` values.
+
+    One scan launch per level, plus one add launch per level below the top;
+    each level has ``ceil(n / span)`` times fewer values.
+    """
+    blocks = (n + span - 1) // span
+    return 1 if blocks <= 1 else 2 + scan_launches(blocks, span)
+
+
+def launches(nrows, total, free=True):
+    """Return the kernel launches ``gather`` makes for ``nrows`` rows of ``total`` items.
+
+    The lengths, the scan of ``nrows + 1`` values, the copy (when there is
+    an item) and the frees (``free`` and a row). For the examples' tallies.
+    """
+    from .device import gather as kernels
+
+    return (1 + scan_launches(nrows + 1, kernels.SCAN_SPAN) + (1 if total else 0)
+            + (1 if free and nrows else 0))
+
+
 def _exclusive_scan(kernels, vals, stream):
     """Return the exclusive prefix sums of int64 device array ``vals`` (same length)."""
     n = vals.shape[0]

@@ -167,3 +167,12 @@ def test_heap_array_refuses_bad_arguments(off, shape, dtype, err, says):
     heap = devalloc.Heap(1 << 16)
     with pytest.raises(err, match=says):
         heap.array(off, shape, dtype)
+
+
+def test_launch_count_of_a_gather():
+    # lengths, one scan launch (up to SCAN_SPAN values), copy, frees.
+    assert G.launches(10, 40) == 4 and G.launches(10, 0) == 3 and G.launches(10, 40, False) == 3
+    assert G.launches(0, 0) == 2
+    # Past one scan block: scan, add, and the scan of the block totals.
+    assert G.launches(K.SCAN_SPAN, 1) == 1 + 3 + 1 + 1
+    assert G.scan_launches(K.SCAN_SPAN ** 2 + 1, K.SCAN_SPAN) == 5
