@@ -82,10 +82,10 @@ def _wheel_bin(tool):
 def tool_path(tool):
     """Return the path of ``ptxas`` or ``nvdisasm``, preferring the wheels.
 
-    ``DEVALLOC_PTXAS`` / ``DEVALLOC_NVDISASM`` override; without a wheel, a
-    CUDA toolkit's (on the PATH, in ``$CUDA_HOME/bin`` or
-    ``/usr/local/cuda/bin``: GPU machines have one). Raises FileNotFoundError
-    naming the wheel to install when the tool cannot be found.
+    ``DEVALLOC_PTXAS`` / ``DEVALLOC_NVDISASM`` override. A CUDA toolkit's
+    copy is not taken on its own: it may be older than the PTX that NVVM
+    writes (see :func:`toolkit_path`). Raises FileNotFoundError naming the
+    wheel to install when the tool cannot be found.
     """
     env = os.environ.get("DEVALLOC_" + tool.upper())
     if env:
@@ -93,6 +93,20 @@ def tool_path(tool):
     found = _wheel_bin(tool)
     if found:
         return found
+    wheel = "nvidia-cuda-nvcc" if tool == "ptxas" else "nvidia-cuda-nvdisasm"
+    raise FileNotFoundError(
+        f"{tool} not found: install the {wheel} wheel (pip install "
+        f"'devalloc[test]') or set DEVALLOC_{tool.upper()}"
+    )
+
+
+def toolkit_path(tool):
+    """Return a CUDA toolkit's ``tool`` (PATH, ``$CUDA_HOME/bin``, ``/usr/local/cuda/bin``) or None.
+
+    For machines with a toolkit and no wheels (GPU machines without a
+    package registry): :mod:`devalloc.gpucheck` passes it as
+    ``DEVALLOC_PTXAS`` / ``DEVALLOC_NVDISASM`` to the tests it runs there.
+    """
     found = shutil.which(tool)
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if found or not home:
@@ -100,13 +114,7 @@ def tool_path(tool):
         candidate = os.path.join(home, "bin", tool)
         if os.access(candidate, os.X_OK):
             found = candidate
-    if found:
-        return found
-    wheel = "nvidia-cuda-nvcc" if tool == "ptxas" else "nvidia-cuda-nvdisasm"
-    raise FileNotFoundError(
-        f"{tool} not found: install the {wheel} wheel (pip install "
-        f"'devalloc[test]') or set DEVALLOC_{tool.upper()}"
-    )
+    return found
 
 
 @dataclass(frozen=True)

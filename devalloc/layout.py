@@ -267,7 +267,7 @@ H_SPREAD_MAX = 6
 #: (log2 of the hint slots in use; 0 after a reset: one slot), then HINT_SLOTS
 #: hints, page + 1 of a slab that recently served the class (0: none yet).
 #: A warp uses slot ``warp number mod 2**spread`` (:func:`hint_word`); a
-#: leader that gives up on its slot's slab after SLAB_TRIES lost ``cas``
+#: leader that passes its slot's slab over after SLAB_TRIES lost ``cas``
 #: widens the spread by one (``max``, up to H_SPREAD_MAX), so a class fills
 #: one slab while it is calm and up to 2**H_SPREAD_MAX side by side under
 #: contention. The spread word and slot 0 share a 128-byte line: a calm
@@ -743,14 +743,19 @@ P_LARGE_SCANS = 4      # passes of the large-block scan
 P_HINT_MOVES = 5       # class hints moved to another page
 P_FAILED_TOO_BIG = 6   # NULL: larger than the arena (alloc, bump, scoped)
 P_FAILED_NONPOSITIVE = 7  # NULL: nbytes <= 0
-P_FAILED_NO_PAGE = 8   # NULL: no page could serve it (full, or lost every race)
+P_FAILED_NO_PAGE = 8   # NULL for a size the arena could hold (failed_full + any residual)
 P_SPREAD_WIDENED = 9   # a class's spread widened (a leader gave up on its hinted slab)
-PROF_COUNTERS = 10
+P_FAILED_FULL = 10     # NULL after a search that proved the heap full (issue 25)
+PROF_COUNTERS = 11
 PROF_WORDS = PROF_STRIPES * PROF_STRIDE
 #: ``usage().profile`` keys, by counter.
 PROF_NAMES = ("cas_retries", "pages_scanned", "slabs_taken", "slabs_retired",
               "large_scans", "hint_moves", "failed_too_big", "failed_nonpositive",
-              "failed_no_page", "spread_widened")
+              "failed_no_page", "spread_widened", "failed_full")
+#: ``usage().profile`` keys computed on the host: ``failed_residual`` is
+#: ``failed_no_page - failed_full``, the NULLs no search proved (0 since
+#: issue 25: docs/correctness.md, "Progress").
+PROF_DERIVED = ("failed_residual",)
 
 
 @register_jitable

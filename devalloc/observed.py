@@ -50,10 +50,16 @@ def check_options(profile, trace):
 
 
 def profile_dict(prof):
-    """Return the profile counters of ``prof`` words, summed over stripes."""
+    """Return the profile counters of ``prof`` words, summed over stripes.
+
+    Plus ``failed_residual`` (``layout.PROF_DERIVED``): NULLs for a size the
+    arena could hold that no search proved full.
+    """
     words = np.asarray(prof, np.int64).reshape(L.PROF_STRIPES, L.PROF_STRIDE)
     sums = words.sum(axis=0)
-    return {name: int(sums[k]) for k, name in enumerate(L.PROF_NAMES)}
+    out = {name: int(sums[k]) for k, name in enumerate(L.PROF_NAMES)}
+    out["failed_residual"] = out["failed_no_page"] - out["failed_full"]
+    return out
 
 
 def decode_trace(words, room):

@@ -51,8 +51,9 @@ def test_profile_counts_failures_by_cause():
     run_mixed(heap)
     u = heap.usage()
     p = u.profile
-    assert set(p) == set(L.PROF_NAMES)
+    assert set(p) == set(L.PROF_NAMES + L.PROF_DERIVED)
     assert (p["failed_nonpositive"], p["failed_too_big"], p["failed_no_page"]) == (2, 1, 0)
+    assert (p["failed_full"], p["failed_residual"]) == (0, 0)
     assert u.failed == 3 == p["failed_nonpositive"] + p["failed_too_big"] + p["failed_no_page"]
     assert "failed nonpositive" in str(u)
     heap.reset()
@@ -64,6 +65,8 @@ def test_a_full_heap_fails_for_want_of_a_page():
     run_mixed(heap, np.full(4, 20000, np.int64))  # two pages each; room for one
     p = heap.usage().profile
     assert p["failed_no_page"] >= 1 and p["failed_too_big"] == 0
+    # Each of those NULLs was proved by a search that lost no race (issue 25).
+    assert p["failed_full"] == p["failed_no_page"] and p["failed_residual"] == 0
 
 
 def test_normal_heaps_report_no_profile():
@@ -229,7 +232,7 @@ def test_demo_profile_prints_and_reports_the_counters(tmp_path):
     proc = _cli(["demo", "--profile", "--json", "--threads", "32"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     prof = json.loads(proc.stdout)["usage"]["profile"]
-    assert set(prof) == set(L.PROF_NAMES)
+    assert set(prof) == set(L.PROF_NAMES + L.PROF_DERIVED)
     proc = _cli(["demo", "--profile", "--threads", "32"], tmp_path)
     assert proc.returncode == 0 and "failed no page" in proc.stdout
     proc = _cli(["demo", "--profile", "--workers", "2"], tmp_path)

@@ -24,9 +24,6 @@ from numba import config, cuda, int64, uint32
 
 from .. import layout as L
 
-#: Attempts of a contended ``cas`` on one word before moving on.
-RETRIES = 64
-
 
 if config.ENABLE_CUDASIM:
 

@@ -14,7 +14,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import warp
-from ._meta import (RETRIES, _acquire_cas, _count, _load, _npages, _opaque, _pcount, _prof_of,
+from ._meta import (_acquire_cas, _count, _load, _npages, _opaque, _pcount, _prof_of,
                     _release_cas)
 from .pages import _alloc_pages, _free_pages
 
@@ -28,11 +28,16 @@ def _claim(meta, npages, total, cnt, prof):
     offset of the claimed bytes or NULL. Atomics: one ``cas`` on H_BUMP when
     it fits; a chunk's page claims and one more ``cas`` when a chunk is
     installed (and its pages given back if another thread installed first).
+    Every retry follows a change of H_BUMP (a lost ``cas``, or a chunk
+    another thread installed): progress, so no fixed budget. NULL only when
+    no run of a chunk's pages was found (:func:`pages._alloc_pages`'s -1,
+    justified there) and H_BUMP had not changed meanwhile; counted as
+    ``cnt`` ``failed_full`` on a profiled heap.
     """
     chunk_pages = L.bump_chunk_pages(npages)
     chunk_bytes = chunk_pages << L.PAGE_SHIFT
     w = _load(meta, L.H_BUMP)  # guess, validated by the cas
-    for _ in range(RETRIES):
+    while True:
         page = L.bump_page(w)
         count = L.bump_count(w)
         cursor = L.bump_cursor(w)
@@ -53,6 +58,7 @@ def _claim(meta, npages, total, cnt, prof):
             # of their own right now. If one of them installed it, use it.
             now = _load(meta, L.H_BUMP)
             if now == w:
+                _pcount(prof, L.P_FAILED_FULL, cnt)
                 return L.NULL
             w = now
             continue
@@ -69,7 +75,6 @@ def _claim(meta, npages, total, cnt, prof):
         _pcount(prof, L.P_CAS_RETRIES, 1)  # the install lost
         _free_pages(meta, npages, q, L.TAG_BUMP, prof)  # another thread changed the chunk first
         w = old
-    return L.NULL
 
 
 @cuda.jit(device=True)
@@ -100,6 +105,8 @@ def bump(ctx, nbytes):
             if q >= 0:
                 cuda.atomic.add(meta, L.H_BUMP_DONE, 1)  # H_BUMP_DONE: add
                 off = q << L.PAGE_SHIFT
+            else:
+                _pcount(_prof_of(ctx), L.P_FAILED_FULL, 1)  # no run: proved full
         else:
             mask, leader, rank, lanes = warp.group(size)
             if size * lanes <= chunk_bytes:

@@ -19,13 +19,9 @@ docs/correctness.md.
 from numba import cuda, int32, int64, uint32
 
 from .. import layout as L
-from ._meta import (RETRIES, _acquire_cas, _at, _fence_acq_rel, _fold, _lo32, _load,
+from ._meta import (_acquire_cas, _at, _fence_acq_rel, _fold, _lo32, _load,
                     _note_fold, _opaque, _pages_changed, _pcount, _ptally)
 from .index import _index_clear, _index_find, _index_set
-
-#: Passes over the free-page index for a run, repeated only after a race
-#: for a run was lost (each pass goes down from the top).
-LARGE_PASSES = 8
 
 
 @cuda.jit(device=True)
@@ -67,11 +63,14 @@ def _take_page(meta, q, head_k, tag, prof):
 
     ``tag`` is the head's tag: TAG_HEAD (a large block, counted in allocs),
     TAG_BUMP (bump chunks, not counted). Returns 1 on success, 0 if the page
-    is not free. Atomics: ``cas`` on the state word (<= RETRIES).
+    is not free. Atomics: ``cas`` on the state word, again only while the
+    page stays FREE: a FREE page's word changes only when another thread
+    takes it (and frees it again), so every retry follows another thread's
+    progress (no fixed budget, docs/correctness.md, "Progress").
     """
     idx = L.state_word(q)
     s = _load(meta, _at(idx))  # guess, validated by the cas
-    for _ in range(RETRIES):
+    while True:
         if L.state_tag(s) != L.TAG_FREE:
             return 0
         folded = 0
@@ -87,7 +86,6 @@ def _take_page(meta, q, head_k, tag, prof):
             return 1
         s = old
         _pcount(prof, L.P_CAS_RETRIES, 1)
-    return 0
 
 
 @cuda.jit(device=True)
@@ -129,9 +127,13 @@ def _untail(meta, lo, hi):
 
 @cuda.jit(device=True)
 def _alloc_large(meta, npages, k, prof):
-    """Allocate a large block of ``k`` pages; return its offset or NULL."""
+    """Allocate a large block of ``k`` pages; return its offset or NULL.
+
+    NULL only when :func:`_alloc_pages` proved no run of ``k`` pages free.
+    """
     p = _alloc_pages(meta, npages, k, L.TAG_HEAD, prof)
     if p < 0:
+        _pcount(prof, L.P_FAILED_FULL, 1)  # no run: proved full (_alloc_pages)
         return L.NULL
     return p << L.PAGE_SHIFT
 
@@ -155,13 +157,15 @@ def _alloc_pages(meta, npages, k, tag, prof):
     (FREE, then in the index), takes q out of the index (:func:`_repair`:
     the winner's own ``and`` may not have come yet) and looks again below
     q, where every run it can still take lies. So each pass goes strictly
-    down; a pass that lost a race is followed by another, up to
-    LARGE_PASSES, which no longer meets the pages that race was lost on.
+    down; a pass that lost a race is followed by another from the top, for
+    as long as passes lose races (each lost page is another thread's take:
+    progress). -1 only after a pass that lost no race and found no run of
+    ``k`` pages in the index (docs/correctness.md, "Progress").
     """
     seen = 0  # candidate runs tried and passes made (profiled heaps only)
     scans = 0
     k = int32(k)  # 32-bit page numbers (pages < 2**25): registers
-    for _ in range(LARGE_PASSES):
+    while True:
         scans = _ptally(prof, scans)
         limit = int32(npages)
         lost = False

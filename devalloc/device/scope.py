@@ -19,7 +19,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import api
-from ._meta import _count, _stripe
+from ._meta import _count, _npages, _pcount, _prof_of, _stripe
 
 #: Chains longer than this are not followed (a release through one is misuse).
 MAX_CHAIN = 64
@@ -102,7 +102,9 @@ def _new_chunk(ctx, prev, size, have):
 
     Through the public ``alloc`` (so a debug heap gives chunks guard bytes);
     when the preferred size fails and a smaller retry is made, one of the
-    two failures ``alloc`` counted is taken back: one request, one count.
+    two failures ``alloc`` counted is taken back: one request, one count
+    (and, on a profiled heap, the first try's ``failed_full`` when it could
+    fit the arena: the one the search proved).
     """
     meta = ctx.meta
     need = size + L.SCOPE_HEADER
@@ -110,10 +112,13 @@ def _new_chunk(ctx, prev, size, have):
     want = min(want, L.SCOPE_MAX_CHUNK)
     new = api.chunk_alloc(ctx, want)
     if new == L.NULL and need < want:
+        first = want
         want = need
         new = api.chunk_alloc(ctx, want)
         # Failure stripe: add -1; two tries are one request, counted at most once.
         cuda.atomic.add(meta, L.stripe_word(_stripe(), L.S_FAILED), -1)
+        if first + L.GUARD <= (_npages(ctx) << L.PAGE_SHIFT):  # the first try fitted the arena
+            _pcount(_prof_of(ctx), L.P_FAILED_FULL, -1)
     if new == L.NULL:
         return new
     arena = ctx.arena

@@ -23,16 +23,19 @@ from ._meta import (_acquire_and, _acquire_cas, _at, _fold, _load, _note_fold, _
 from .index import _index_clear, _index_find, _index_set
 from .pages import _repair
 
-#: Passes over the page index, repeated only while races were lost.
-SMALL_PASSES = 4
-#: Lost ``cas`` on one slab's state word before ``_reserve`` gives up on it
-#: (BUSY): the search moves on, and a hinted slab's class widens its spread.
+#: Lost ``cas`` on one slab's state word before ``_reserve`` passes it over
+#: (BUSY): the search moves on to the next candidate (and repeats its pass
+#: at the end), and a hinted slab's class widens its spread. Not a budget
+#: that ends in NULL (docs/correctness.md, "Progress").
 SLAB_TRIES = 4
-#: Searches by one ``_find`` whose reserved freed blocks all went to others.
-SETTLE_TRIES = 4
-#: ``_reserve`` results that are not grants (every grant is >= 1 << 38).
+#: ``_reserve`` results that are not grants (every grant is >= 1 << 38):
+#: the page cannot serve the class (NO); it could but every ``cas`` lost
+#: (BUSY: a race, another thread progressed); a slab with free slots whose
+#: freed bits none are seen (TRANSIT: a reservation being given back by a
+#: racing thread, or a freer's ``or`` not yet visible: in transit).
 NO = 0
 BUSY = 1
+TRANSIT = 2
 
 #: Per size class, read from constant memory instead of computed (a
 #: division, a dozen instructions): the block size, the blocks in a slab,
@@ -131,8 +134,9 @@ def _reserve(meta, npages, p, c, want, prof):
     Returns a grant (:func:`layout.bump_grant`, with GRANT_TOOK when the
     page was free; ``reuse_grant`` of the picked bits, whose slots are
     reserved but whose bits the caller still has to take: :func:`_settle`),
-    ``NO`` when the page cannot serve the class, or ``BUSY`` when it could
-    but every try lost a race. Atomics: ``cas`` per try (<= SLAB_TRIES);
+    ``NO`` when the page cannot serve the class, ``BUSY`` when it could but
+    every try lost a race, ``TRANSIT`` when its free slots' bits are not
+    seen (in transit). Atomics: ``cas`` per try (<= SLAB_TRIES);
     when a page is taken, the pages-used ``add`` and peak ``max``. Counts
     and block indices are 32-bit.
     """
@@ -160,7 +164,7 @@ def _reserve(meta, npages, p, c, want, prof):
                     return NO
                 w, pick = _pick(meta, npages, p, cap, min(want, uint32(cap - live)), s)
                 if pick == 0:
-                    return BUSY  # the freed blocks' bits are still being set
+                    return TRANSIT  # slots free, bits not seen: in transit
                 got = uint32(_popc32(pick))
                 new = s + int64(got) * L.SLAB_REUSE_ONE
         else:
@@ -314,7 +318,7 @@ def _room_drop(meta, npages, c, p):
 def _widen(meta, c, e, prof):
     """Widen class ``c``'s spread from ``e`` to ``e + 1``, unless at the heap's most.
 
-    Called by a leader that gave up on its hinted slab (BUSY). Atomics: one
+    Called by a leader that passed its hinted slab over (BUSY). Atomics: one
     ``max`` on the spread word when below H_SPREAD_MAX (read relaxed: set at
     reset, never changed by a kernel).
     """
@@ -328,8 +332,7 @@ def _widen(meta, c, e, prof):
 #: _find's index cursor: the whole index from its top word, or none left.
 START = -1
 DONE = -2
-#: _search's flags, above the passes left (_PASSES).
-_PASSES = 0xFF
+#: _search's flags.
 _FREE = 0x100
 _RECHECK = 0x200
 _BUSY = 0x400
@@ -343,14 +346,15 @@ def _find(meta, npages, c, want, prof):
     :func:`_seek` a page and reserve blocks there, then settle the grant
     (:func:`_took_page`, :func:`_settle`) once the search's state is dead:
     the page index updates and the bits' ``and`` cost no registers on top of
-    the search. A reuse whose bits all went to another thread seeks again,
-    up to SETTLE_TRIES times.
+    the search. A reuse whose bits all went to another thread seeks again:
+    each such loss is another reuser's win (progress), so the loop ends
+    once the others stop winning (lock-free, no fixed budget).
 
     Who calls: a group's leader (``_alloc_small``). Atomics: those of
     :func:`_seek`, then the ones named in :func:`_took_page` or
-    :func:`_settle`. Returns 0 when nothing was won.
+    :func:`_settle`. Returns 0 only when :func:`_search` proved that no
+    page could serve (docs/correctness.md, "Progress").
     """
-    left = _opaque(int32(SETTLE_TRIES))  # hidden: the loop is not unrolled
     while True:
         # Hidden each time: what derives from npages is not hoisted out of
         # this loop and kept live across the search (registers).
@@ -361,9 +365,6 @@ def _find(meta, npages, c, want, prof):
         if _lo32(g >> 32) & uint32(L.GRANT_REUSE >> 32):
             g = _settle(meta, npages, c, g, prof)
             if g != 0:
-                return g
-            left = int32(left - 1)
-            if left == 0:
                 return g
         else:
             if g & L.GRANT_TOOK:
@@ -397,7 +398,7 @@ def _seek(meta, npages, c, want, prof):
     """Return a reserved grant of up to ``want`` blocks of class ``c``, or 0.
 
     First the page the warp's hint slot names (slot: the warp number modulo
-    the class's spread); giving up on it after SLAB_TRIES lost ``cas``
+    the class's spread); passing it over after SLAB_TRIES lost ``cas``
     widens the class's spread (:func:`_widen`). Then :func:`_search`.
 
     Who calls: :func:`_find`. Atomics: those of the ``_reserve``s tried, the
@@ -418,7 +419,7 @@ def _seek(meta, npages, c, want, prof):
     busy = False
     if h < n:
         g = _reserve(meta, npages, int64(h), c, want, prof)
-        if g > BUSY:
+        if g > TRANSIT:
             _pcount(prof, L.P_PAGES_SCANNED, 1)
             return g
         if g == BUSY:
@@ -440,7 +441,10 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
     leaves the free-page index. An empty index answers with one load (its
     top word), so a heap with no page that can serve says so at once. A
     pass that lost a race (BUSY; ``busy``: the hint's page did, ``tried``:
-    it was tried) is followed by another, up to SMALL_PASSES. A grant moves
+    it was tried) is followed by another, for as long as passes lose races
+    (each lost ``cas`` is another thread's progress); 0 only after a pass
+    in which every candidate was seen unable to serve (NO) or in transit,
+    counted as ``want`` ``failed_full`` on a profiled heap. A grant moves
     the hint at ``hint_idx`` to its page (``exch``). One index lookup site
     and 32-bit state, the hint's index packed with the flags: registers.
     """
@@ -448,7 +452,7 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
     # One word of flags and the passes left (registers): _FREE set while on
     # the free-page index (else the room index), _RECHECK while the room
     # index is to be read once more, _BUSY when a race was lost this pass.
-    st = uint32(SMALL_PASSES | _RECHECK | (_BUSY if busy else 0) | (hint_idx << _HINT_SHIFT))
+    st = uint32(_RECHECK | (_BUSY if busy else 0) | (hint_idx << _HINT_SHIFT))
     w = int32(START)  # the index word to look at next
     bits = uint32(0)  # candidates left in the word before it
     seen = uint32(1) if tried else uint32(0)  # pages tried (profiled heaps only)
@@ -462,10 +466,10 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             w = int32(v) if v >= 0 else int32(DONE)
             bits = uint32(x)
         if bits == 0:  # this index has no more candidates
-            if st & _FREE:
-                st = uint32(st - 1)  # a pass ends
-                if not st & _BUSY or not st & _PASSES:
+            if st & _FREE:  # a pass ends
+                if not st & _BUSY:  # no race lost: every candidate was NO
                     _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
+                    _pcount(prof, L.P_FAILED_FULL, int64(want))  # the lanes left NULL
                     return 0
                 st = uint32((st & (0xFFFFFFFF ^ _BUSY)) | _RECHECK)
             st = uint32(st ^ _FREE)
@@ -485,7 +489,7 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
         if p < n:
             g = _reserve(meta, npages, int64(p), c, want, prof)
             seen = uint32(seen + 1)
-            if g > BUSY:
+            if g > TRANSIT:
                 # Hint: racy, harmless (any value is range-checked).
                 cuda.atomic.exch(meta, _at(st >> _HINT_SHIFT), int64(p) + 1)
                 _pcount(prof, L.P_HINT_MOVES, 1)
@@ -493,6 +497,8 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
                 return g
             if g == BUSY:
                 st = uint32(st | _BUSY)
+            elif g == TRANSIT:
+                pass  # room in transit: no race lost, the mark stays
             elif st & _FREE:
                 _repair(meta, npages, int64(p))  # a stale entry
             else:

@@ -120,10 +120,19 @@ def tests(mode):
     files = {"simulate": SIM_TEST_FILES, "quick": QUICK_TEST_FILES}.get(mode, TEST_FILES)
     files = [str(folder / f) for f in files if (folder / f).exists()]
     env = dict(os.environ)
+    tools = {}
     if mode == "simulate":
         env.pop("DEVALLOC_TEST_GPU", None)
     else:
         env["DEVALLOC_TEST_GPU"] = "1"
+        from .. import aot
+
+        for tool in ("ptxas", "nvdisasm"):  # the compile checks: wheels, else the toolkit's
+            var = "DEVALLOC_" + tool.upper()
+            found = env.get(var) or aot._wheel_bin(tool) or aot.toolkit_path(tool)
+            if found:
+                env[var] = found
+            tools[tool] = found
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs",
@@ -143,7 +152,8 @@ def tests(mode):
     summary = (f"{counts['passed']} passed, {counts['failed']} failed, {counts['errors']} "
                f"errors, {counts['skipped']} skipped in {seconds:.0f} s")
     return result("tests", status, summary, counts=counts, failures=failures,
-                  skips=skips, returncode=p.returncode, files=[Path(f).name for f in files])
+                  skips=skips, returncode=p.returncode, files=[Path(f).name for f in files],
+                  tools=tools)
 
 
 def _junit(path):

@@ -18,7 +18,7 @@ from ..device._meta import _pages_changed, _pcount
 from ..device.index import _index_set
 from ..device.pages import _alloc_pages, _free_pages
 from ..device.porting import _copy
-from ..device.slab import _find, _release_slots
+from ..device.slab import _find, _release_slots, _seek, _settle, _took_page
 
 
 def take_bits_check_then_clear(meta, widx, pick):
@@ -183,21 +183,40 @@ def claim_plain_update(meta, npages, total, cnt, prof):
     get the same bytes.
     """
     chunk_pages = L.bump_chunk_pages(npages)
-    for _ in range(8):
+    while True:  # as the real one: retried while the bump word changes (issue 25)
         w = meta[L.H_BUMP]
         if L.bump_page(w) >= 0 and L.bump_cursor(w) + total <= chunk_pages * L.PAGE:
             meta[L.H_BUMP] = w + (cnt << L.BUMP_COUNT_SHIFT) + total  # BUG: plain update
             return (L.bump_page(w) << L.PAGE_SHIFT) + L.bump_cursor(w)
         q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP, prof)
         if q < 0:
-            return L.NULL
+            if meta[L.H_BUMP] == w:
+                return L.NULL
+            continue
         if cuda.atomic.cas(meta, L.H_BUMP, w, L.pack_bump(q, cnt, total)) == w:
             if L.bump_count(w):
                 cuda.atomic.add(meta, L.H_BUMP_DONE, L.bump_count(w))
             return q << L.PAGE_SHIFT
         _pcount(prof, L.P_CAS_RETRIES, 1)
-        _free_pages(meta, q, L.TAG_BUMP, prof)
-    return L.NULL
+        _free_pages(meta, npages, q, L.TAG_BUMP, prof)
+
+
+def find_settle_gives_up(meta, npages, c, want, prof):
+    """``_find`` that ends in NULL when the freed blocks it reserved went to
+    another reuser (the bounded SETTLE_TRIES budget before issue 25, at 1).
+
+    Two reusers pick the same freed bit, both reserve a slot, one takes the
+    bit: the other gives its slot back and returns NULL although another
+    freed block, or a free page, could serve it: it only lost a race.
+    """
+    g = _seek(meta, npages, c, want, prof)
+    if g == 0:
+        return g
+    if g & L.GRANT_REUSE:
+        return _settle(meta, npages, c, g, prof)  # BUG: 0 when the bits went elsewhere
+    if g & L.GRANT_TOOK:
+        _took_page(meta, npages, c, g)
+    return g
 
 
 def move_free_first(ctx, o, n, keep):
@@ -225,4 +244,5 @@ VARIANTS = {
     "free_small_leader_bit_only": ("_free_small", free_small_leader_bit_only),
     "claim_plain_update": ("_claim", claim_plain_update),
     "move_free_first": ("_move", move_free_first),
+    "find_settle_gives_up": ("_find", find_settle_gives_up),
 }

@@ -58,6 +58,7 @@ from numba.core import types as numba_types
 from .. import layout as L
 from ..host import free_index_template
 from . import groups
+from .room import could_serve
 from .invariants import (Fault, Model, check_drained, check_quiescent, check_safe, pages_moved,
                          word_name)
 
@@ -129,7 +130,7 @@ class Scenario:
     spread_max: int = 0
     preset_spread: int = 0
     #: Module constants replaced while this scenario runs, as (name, value)
-    #: pairs, e.g. ("SLAB_TRIES", 1): a contended slab given up after one
+    #: pairs, e.g. ("SLAB_TRIES", 1): a contended slab passed over after one
     #: lost ``cas``, which two threads reach in a few steps.
     constants: tuple = ()
 
@@ -426,6 +427,9 @@ class LThread:
         self.null_in = -1  # a chunk alloc last returned NULL (-1: none)
         self.resizing = -1  # the allocation a realloc operation is resizing
         self.unwritten = set()  # allocations a realloc of NULL made: nothing to verify
+        self.asking = None  # the size of the alloc in progress (NULL watch)
+        self.asking_own = 0  # pages its own earlier rounds may hold
+        self.full_seen = False  # the model had no room for it at some step
 
 
 # ------------------------------------------------------------- installing
@@ -574,12 +578,16 @@ class FakeApi:
     # The porting API's own alloc and free (realloc's new block and its free
     # of the old one): the real ones, each told to the model as an
     # operation, the new block numbered as the allocation being resized.
+    # Its NULL is watched like an alloc's (issue 25: NULL only when full).
     def alloc(self, ctx, nbytes):
         t = _tls.thread
-        t.events.append(("start", "alloc", (), 1, pages_moved(int(nbytes))))
+        n = int(nbytes)
+        t.machine._ask(t, n, 0)
+        t.events.append(("start", "alloc", (), 1, pages_moved(n)))
         t.touched = False
         off = int(self._api.alloc(ctx, nbytes))
-        t.events.append(("alloc", t.resizing, int(nbytes), off))
+        t.machine._answered(t, [off], f"realloc's alloc({n})")
+        t.events.append(("alloc", t.resizing, n, off))
         return off
 
     def free(self, ctx, off):
@@ -624,6 +632,10 @@ class Machine:
         self.drainer = LThread(-1, ThreadSpec(0, 0, ()), scenario.block_dim, self)
         self.meta = None
         self._digest0 = None
+        # NULL means full (room.py): watched where the model knows every
+        # page's use (bump chunks and scoped chunks hold pages it does not).
+        self.watch_nulls = not any(op[0] in ("bump", "scope")
+                                   for spec in scenario.threads for op in spec.ops)
 
     # ------------------------------------------------------ worker side
     def park(self, t, pending):
@@ -656,8 +668,10 @@ class Machine:
             # is and what its allocations returned: forget the rest.
             t.hist = hash(("op", k, tuple(t.offs)))
             if kind == "alloc":
+                self._ask(t, op[1], 0)
                 t.events.append(("start", "alloc", (), 1, pages_moved(op[1])))
                 off = int(self.alloc(ctx, op[1]))
+                self._answered(t, [off], f"alloc({op[1]})")
                 t.events.append(("alloc", len(t.offs), op[1], off))
                 self._returned(t, off)
                 t.offs.append(off)
@@ -665,8 +679,10 @@ class Machine:
                     raise Fault("served", f"T{t.tid}'s alloc({op[1]}) returned NULL, but "
                                 "this scenario always leaves room for it")
             elif kind == "alloc_group":
+                self._ask(t, op[1], op[2] - 1)
                 t.events.append(("start", "alloc", (), op[2]))
                 offs = groups.alloc_group(self, t, op[1], op[2])
+                self._answered(t, offs, f"alloc_group({op[1]}, {op[2]})")
                 for off in offs:
                     t.events.append(("alloc", len(t.offs), op[1], off))
                     t.offs.append(off)
@@ -763,6 +779,36 @@ class Machine:
         t.events.append(("scope", False))
         self._returned(t, [off for off, _, _ in got])
 
+    # ------------------------------------------ NULL means full (issue 25)
+    def _ask(self, t, size, own):
+        """Thread ``t`` starts an allocation of ``size``: watch the model's room."""
+        if not self.watch_nulls:
+            return
+        self._events(t)  # its own earlier operations, as the model has them
+        t.asking, t.asking_own, t.full_seen = size, own, False
+        self._watch()
+
+    def _watch(self):
+        """After a step: note every watched allocation for which the model has no room."""
+        for u in self.threads:
+            if u.asking is not None and not u.full_seen:
+                key = (u.asking, u.tid, u.asking_own)
+                room = self._room.get(key)
+                if room is None:
+                    room = self._room[key] = could_serve(self.model, *key)
+                u.full_seen = not room
+
+    def _answered(self, t, offs, what):
+        """Thread ``t``'s allocation returned ``offs``: a NULL needs a step without room."""
+        if not self.watch_nulls:
+            return
+        self._watch()  # the call's last moment
+        seen, t.asking = t.full_seen, None
+        if L.NULL in offs and not seen:
+            raise Fault("null means full", f"T{t.tid}'s {what} returned NULL, but at every "
+                        "step of the call the model had room for it beyond one page per "
+                        "racing operation")
+
     def _returned(self, t, value):
         self.trace.append((t.tid, t.op_desc, None, None, "=", None, None, None, None, value))
 
@@ -800,6 +846,7 @@ class Machine:
         self.arena = np.zeros(self.npages * L.PAGE, np.uint8)
         self.ctx = self._Ctx(self.arena, self.meta)
         self.model = Model(self.npages, base=preset * self.npages)
+        self._room = {}  # (size, tid, own) -> room.could_serve, until the model changes
         self.trace = []
         self.choices = []
         for t in self.threads:
@@ -829,6 +876,8 @@ class Machine:
     def _after(self, t):
         """Take in what thread ``t`` did in its last stretch; raise its error."""
         self._events(t)
+        if self.watch_nulls:
+            self._watch()
         if t.error is not None:
             e, t.error = t.error, None
             if isinstance(e, Fault):
@@ -837,6 +886,8 @@ class Machine:
 
     def _events(self, t):
         m = self.model
+        if t.events:
+            self._room = {}  # the model changes: its room is to be asked again
         for ev in t.events:
             kind = ev[0]
             if kind == "touch":

@@ -198,6 +198,13 @@ EXHAUSTIVE = (
 )
 
 PCT = (
+    # NULL means full (issue 25): two reusers pick the same freed block of a
+    # 3-slot slab with two freed; the one whose bit went to the other must
+    # not give up (the other freed block and the free page can serve it).
+    Scenario("settle_lost", 2, (
+        _t(0, 0, (A, 5120), (A, 5120), (A, 5120), (F, 0), (F, 1), (A, 5120)),
+        _t(1, 0, (A, 5120)),
+    )),
     # A scope's chain grows (a 320-byte chunk, then a 2 KiB one) while
     # another thread allocates and frees in the same two classes.
     Scenario("scope_grow_vs_alloc", 2, (
