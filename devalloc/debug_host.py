@@ -10,6 +10,8 @@ KINDS = {
     D.KIND_INVALID_FREE: "invalid free",
     D.KIND_GUARD: "guard bytes overwritten",
     D.KIND_SCOPED_REUSE: "scoped scratch written after its release",
+    D.KIND_MISALIGNED_VIEW: "view at an offset not aligned to its dtype (an empty view)",
+    D.KIND_INVALID_BLOCK: "realloc or usable_size of an offset that is no live block",
 }
 
 

@@ -373,6 +373,25 @@ class Heap:
         self._live()
         return self._arena
 
+    def gather(self, offsets: Any, counts: Any, dtype: Any, *, free: bool = True,
+               fill: Any = None) -> tuple[Any, Any]:
+        """Return ``(values, starts)``: the rows at ``offsets`` in one device array (CSR).
+
+        Row ``i`` is ``counts[i]`` items of ``dtype`` at ``offsets[i]``;
+        ``free=True`` frees the blocks. Computed on the GPU; see
+        :func:`devalloc.gather.gather` (NULL rows, ``fill``, errors).
+        """
+        from .gather import gather
+        return gather(self, offsets, counts, dtype, free=free, fill=fill)
+
+    def array(self, off: int, shape: Any, dtype: Any) -> Any:
+        """Return the block at ``off`` as a device array of ``shape`` and ``dtype``, no copy.
+
+        See :func:`devalloc.gather.block_array` (checks and lifetime).
+        """
+        from .gather import block_array
+        return block_array(self, off, shape, dtype)
+
     @property
     def meta(self):
         """Not a heap attribute: a kernel was given the heap instead of ``heap.ctx``."""

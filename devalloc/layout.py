@@ -677,6 +677,10 @@ DEBUG_WORDS = RECORD_BASE + RECORDS * RECORD_WORDS
 KIND_INVALID_FREE = 1
 KIND_GUARD = 2
 KIND_SCOPED_REUSE = 3
+#: ``view`` at an offset not a multiple of its dtype's alignment (porting API).
+KIND_MISALIGNED_VIEW = 4
+#: ``realloc`` or ``usable_size`` of an offset that is no live block.
+KIND_INVALID_BLOCK = 5
 
 
 @register_jitable

@@ -88,6 +88,11 @@ class Meter:
         if self._method is not None:
             self._method.syncs += n
 
+    def launched(self, n=1):
+        """Count ``n`` kernel launches made for the current method elsewhere (a library call)."""
+        if self._method is not None:
+            self._method.launches += n
+
     def _counted(self):
         if self._method is not None:
             self._method.launches += 1

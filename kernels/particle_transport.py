@@ -17,9 +17,10 @@ most of the others need two or four entries; about 3 in 10,000 need more
 than eight. A worst-case buffer must hold the deepest history of any run,
 with a margin: MAX_STACK = 256 entries (4 KiB) per thread.
 
-* ``transport_heap``: the stack comes from ``devalloc.alloc`` on the first
-  split (STACK0 entries) and grows on demand: when full, allocate a block
-  twice as large, copy, free the old one (up to MAX_STACK entries).
+* ``transport_heap``: the stack comes from ``devalloc.realloc`` on the
+  first split (STACK0 entries; ``realloc`` of NULL allocates) and grows on
+  demand: when full, ``realloc`` to twice the size (a new block, the
+  entries copied, the old one freed; up to MAX_STACK entries).
 * ``transport_worst_case``: the way it is written today: a global array of
   ``threads x MAX_STACK`` entries, the worst case for every history.
 * ``transport_count`` / ``transport_fill``: count + scan + exact: each
@@ -143,17 +144,14 @@ def transport_heap(ctx, states, out):
         event, x, mu, mu2 = _flight(states, i, x, mu)
         if event == _SPLIT:
             if depth == cap and cap < MAX_STACK:
-                # Grow: a block twice as large, copy the entries, free the old.
+                # Grow: realloc copies the entries to a block twice as large
+                # and frees the old one; on NULL the old stack stays ours.
                 new_cap = STACK0 if cap == 0 else min(2 * cap, MAX_STACK)
-                new_off = devalloc.alloc(ctx, new_cap * ENTRY_BYTES)
+                new_off = devalloc.realloc(ctx, off, new_cap * ENTRY_BYTES)
                 if new_off != devalloc.NULL:
-                    bigger = devalloc.view(ctx, new_off, 2 * new_cap, np.float64)
-                    for k in range(2 * depth):
-                        bigger[k] = stack[k]
-                    devalloc.free(ctx, off)  # free(NULL) does nothing
                     off = new_off
                     cap = new_cap
-                    stack = bigger
+                    stack = devalloc.view(ctx, off, 2 * cap, np.float64)
             if depth < cap:
                 stack[2 * depth] = x
                 stack[2 * depth + 1] = mu2

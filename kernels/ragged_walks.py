@@ -15,9 +15,9 @@ SITES`` for start s), with their standard errors.
   is known only at the end of the walk, so the thread walks twice from the
   same saved RNG state: once to count the steps, once, after ``alloc``, to
   write them. It leaves the block's offset and item count for the host,
-  which computes every walk's place in the compact array (a prefix sum);
-  ``gather_heap`` then copies each block there and frees it. The blocks
-  live from the first kernel to the second: that is the heap's peak.
+  where ``heap.gather`` (a prefix sum and one copy kernel on the device)
+  puts every block in one compact array and frees it. The blocks live from
+  the walk to the gather: that is the heap's peak.
 * ``walk_worst_case`` / ``gather_worst_case``: the way it is written today:
   a ``threads x MAX_STEPS`` array, every walk's worst case, then the same
   gather from its rows.
@@ -58,6 +58,8 @@ from numba import cuda, int64, uint32
 from numba.cuda.random import xoroshiro128p_next
 
 import devalloc
+
+from devalloc.gather import launches as gather_launches
 
 from . import _mc, _methods
 
@@ -114,19 +116,6 @@ def walk_heap(ctx, states, offsets, counts, absorbed):
     offsets[i] = off  # NULL when the heap is full: the walk is missing
     if off != devalloc.NULL:
         _walk(states, i, devalloc.view(ctx, off, n, np.int32), True)
-
-
-@cuda.jit
-def gather_heap(ctx, offsets, counts, starts, compact):
-    i = cuda.grid(1)
-    if i >= counts.shape[0] or offsets[i] == devalloc.NULL:
-        return
-    items = devalloc.view(ctx, offsets[i], counts[i], np.int32)
-    s = starts[i]
-    for j in range(items.shape[0]):
-        compact[s + j] = items[j]
-    devalloc.free(ctx, offsets[i])
-    offsets[i] = devalloc.NULL
 
 
 @cuda.jit
@@ -268,15 +257,14 @@ def simulate(lc, heap):
     lc.launch(walk_heap, heap.ctx, lc.states(), offsets, counts_d, absorbed_d)
     with lc.untimed():
         before_gather = heap.usage()  # every trajectory is live here
-    counts = counts_d.copy_to_host()
-    lc.synced()  # the counts, for the starts
-    starts = _starts(counts)
-    total = int(counts.sum())
-    lc.say(f"gather: {before_gather.live_blocks} blocks, {total} items")
-    compact_d = cuda.to_device(np.full(max(total, 1), -1, np.int32))
-    lc.launch(gather_heap, heap.ctx, offsets, counts_d, cuda.to_device(starts),
-              _mc.Whole(compact_d))
+    # Every block into one array, freed; a walk the heap could not serve is -1s.
+    lc.say(f"gather: {before_gather.live_blocks} blocks")
+    compact_d, _ = heap.gather(offsets, counts_d, np.int32, fill=-1)
+    lc.synced()  # gather reads the total back, to size the compact array
+    lc.launched(gather_launches(threads, compact_d.shape[0]))
     lc.end()
+    counts = counts_d.copy_to_host()
+    total = int(counts.sum())
     usage = lc.finish(heap, heap.debug)
     heap_row.peak_bytes, heap_row.meta_bytes = usage.peak, heap.meta_bytes
     heap_row.in_use_bytes = before_gather.in_use
@@ -361,7 +349,6 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
 #: Kernel name -> argument words of :func:`_mc.signatures`.
 SIGNATURES = {
     "walk_heap": "ctx states int64 int32 boolean",
-    "gather_heap": "ctx int64 int32 int64 int32",
     "walk_worst_case": "int32[2] states int32 boolean",
     "gather_worst_case": "int32[2] int32 int64 int32",
     "walk_count": "states int32",

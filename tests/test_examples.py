@@ -238,12 +238,12 @@ def test_launches_cut_for_a_progress_bar_give_the_very_same_walks():
     assert plain.identical and cut.identical
     assert np.array_equal(plain.counts, cut.counts) and np.array_equal(plain.compact, cut.compact)
     assert plain.answer == cut.answer and plain.histogram == cut.histogram
-    assert bars.bars == [("RNG states", THREADS), ("walk_heap", THREADS), ("gather_heap", THREADS),
+    assert bars.bars == [("RNG states", THREADS), ("walk_heap", THREADS),
                          ("walk_worst_case", THREADS), ("gather_worst_case", THREADS),
                          ("walk_count", THREADS), ("walk_fill", THREADS)]
     shown = bars.file.getvalue()
-    for kernel in ("walk_heap", "gather_heap", "walk_worst_case", "gather_worst_case",
-                   "walk_count", "walk_fill"):
+    for kernel in ("walk_heap", "walk_worst_case", "gather_worst_case", "walk_count",
+                   "walk_fill"):
         for done in range(8, THREADS + 1, 8):  # a block at a time
             assert re.search(rf"\r{kernel}: [^\r]*\| {done}/{THREADS} ", shown), (kernel, done)
     assert len(bars.phases) == 4

@@ -41,11 +41,12 @@ def test_stress_kernel_on_a_tight_heap_fails_some_and_corrupts_nothing():
     from devalloc.gpucheck import stress
 
     threads = 4096 if ON_GPU else 64
-    roomy = stress.run(threads=threads, rounds=5, block=32, max_large=40_000)
+    # One page: a single slab of one class at a time, so the other classes'
+    # requests must fail (the check itself uses a third of the roomy peak).
     r = stress.run(threads=threads, rounds=5, block=32, max_large=40_000,
-                   capacity=max(roomy["peak"] // 3, L.MIN_CAPACITY))
-    assert r["nulls"] > 0, "a heap a third of the peak must refuse some requests"
-    assert stress.verdict(r) == []  # counted, nothing corrupted, drained consistent
+                   capacity=L.MIN_CAPACITY)
+    assert r["nulls"] > 0, r
+    assert stress.verdict(r) == [], r  # counted, nothing corrupted, drained consistent
 
 
 def test_verdict_names_each_kind_of_wrong_result():

@@ -154,6 +154,9 @@ PUBLIC = {
     "ALIGN", "NULL", "PAGE", "SCOPE_NONE",
     # device
     "alloc", "free", "view", "bump", "mark", "release", "scoped",
+    # device: the porting API (docs/porting.md)
+    "array", "free_array", "calloc", "realloc", "usable_size", "alloc_aligned", "carve",
+    "carve_end",
 }
 
 

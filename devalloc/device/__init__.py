@@ -3,7 +3,9 @@
 The public device API, re-exported as ``devalloc.alloc`` and friends:
 ``alloc``, ``free``, ``bump``, ``mark``, ``scoped``, ``release`` (:mod:`.api`,
 which picks the normal, debug or observed path when the kernel compiles)
-and ``view`` (:mod:`.intrinsics`). The paths behind them: :mod:`.core`
+and the porting API (:mod:`.porting`: ``view``, ``array``, ``free_array``,
+``calloc``, ``realloc``, ``usable_size``, ``alloc_aligned``, ``carve``,
+``carve_end``; the intrinsics under it in :mod:`.intrinsics`). The paths behind them: :mod:`.core`
 (classify, group, serve, account), :mod:`.slab` (blocks up to 8 KiB),
 :mod:`.pages` (whole pages), :mod:`.bump`, :mod:`.scope`, :mod:`.warp`
 (aggregation), :mod:`.debug` (guards and records), :mod:`.observe`
@@ -12,17 +14,13 @@ every device function follows). The host side imports none
 of this; the shared formats are in :mod:`devalloc.layout`.
 """
 
-from numba import config
-
 from .api import alloc, bump, free, mark, release, scoped
-
-if config.ENABLE_CUDASIM:
-    from .intrinsics import view_simulated as view
-else:
-    from .intrinsics import view
+from .porting import (alloc_aligned, array, calloc, carve, carve_end, free_array, realloc,
+                      usable_size, view)
 
 #: The modules of the device package, for the interleaving explorer.
 MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "api", "bumpalloc",
-           "scope", "observe", "intrinsics")
+           "scope", "observe", "intrinsics", "porting", "gather")
 
-__all__ = ["alloc", "bump", "free", "mark", "release", "scoped", "view"]
+__all__ = ["alloc", "alloc_aligned", "array", "bump", "calloc", "carve", "carve_end", "free",
+           "free_array", "mark", "realloc", "release", "scoped", "usable_size", "view"]

@@ -61,6 +61,26 @@ def _block_size(meta, npages, off):
 
 
 @cuda.jit(device=True)
+def alloc_inner(ctx, nbytes, inner):
+    """Debug ``alloc`` of ``nbytes`` user bytes in a block of at least ``inner``.
+
+    ``inner`` is at least ``max(nbytes + GUARD, DEBUG_MIN_BLOCK)`` (larger:
+    an aligned request, devalloc.device.porting). Costs the normal atomics
+    plus GUARD plain byte stores and one store of the block's slack in
+    ``ctx.sizes``; NULL as :func:`devalloc.device.core.alloc`.
+    """
+    n = int64(nbytes)
+    off = core.alloc(ctx, inner)
+    if off != L.NULL:
+        arena = ctx.arena
+        for j in range(L.GUARD):
+            arena[off + n + j] = L.GUARD_BYTE
+        npages = arena.shape[0] >> L.PAGE_SHIFT
+        ctx.sizes[off >> L.DEBUG_SLOT_SHIFT] = _block_size(ctx.meta, npages, off) - n
+    return off
+
+
+@cuda.jit(device=True)
 def alloc(ctx, nbytes):
     """Debug ``alloc``: as :func:`devalloc.device.core.alloc`, plus guard bytes.
 
@@ -71,14 +91,23 @@ def alloc(ctx, nbytes):
     inner = n
     if n > 0:
         inner = max(n + L.GUARD, L.DEBUG_MIN_BLOCK)
-    off = core.alloc(ctx, inner)
-    if off != L.NULL:
-        arena = ctx.arena
-        for j in range(L.GUARD):
-            arena[off + n + j] = L.GUARD_BYTE
-        npages = arena.shape[0] >> L.PAGE_SHIFT
-        ctx.sizes[off >> L.DEBUG_SLOT_SHIFT] = _block_size(ctx.meta, npages, off) - n
-    return off
+    return alloc_inner(ctx, n, inner)
+
+
+@cuda.jit(device=True)
+def guard_intact(ctx, off, size):
+    """Return True if the live debug block at ``off`` (real ``size``) has its guard.
+
+    Plain loads of the slack and the GUARD bytes after the requested size.
+    """
+    arena = ctx.arena
+    n = size - int64(ctx.sizes[off >> L.DEBUG_SLOT_SHIFT])
+    if n < 0 or n + L.GUARD > size:
+        return False
+    for j in range(L.GUARD):
+        if arena[off + n + j] != L.GUARD_BYTE:
+            return False
+    return True
 
 
 @cuda.jit(device=True)
@@ -97,15 +126,7 @@ def free(ctx, off):
     if size == 0:
         _record(ctx.debug, L.KIND_INVALID_FREE, o)
     else:
-        n = size - int64(ctx.sizes[o >> L.DEBUG_SLOT_SHIFT])
-        bad = False
-        if n < 0 or n + L.GUARD > size:
-            bad = True
-        else:
-            for j in range(L.GUARD):
-                if arena[o + n + j] != L.GUARD_BYTE:
-                    bad = True
-        if bad:
+        if not guard_intact(ctx, o, size):
             _record(ctx.debug, L.KIND_GUARD, o)
         for j in range(size):
             arena[o + j] = L.POISON_BYTE

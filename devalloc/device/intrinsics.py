@@ -27,30 +27,48 @@ def element_type(dtype):
     )
 
 
+def _dims(count):
+    """Return the number of dimensions of a view's ``count`` (an integer or a
+    tuple of 1..3 integers), or 0 if it is neither."""
+    if isinstance(count, types.Integer):
+        return 1
+    if (isinstance(count, types.BaseTuple) and 1 <= len(count) <= 3
+            and all(isinstance(t, types.Integer) for t in count)):
+        return len(count)
+    return 0
+
+
 def check_view_args(off, count, dtype):
     """Return the element type of a view, given its arguments' Numba types.
 
     Raises the TypingError a kernel gets (on the GPU, at compile time; on the
-    simulator, at the call) when ``off`` or ``count`` is not an integer or
+    simulator, at the call) when ``off`` is not an integer, ``count`` is
+    neither an integer nor a tuple of 1 to 3 integers (a shape), or
     ``dtype`` is not a scalar type.
     """
-    if not isinstance(off, types.Integer) or not isinstance(count, types.Integer):
+    if not isinstance(off, types.Integer) or not _dims(count):
         raise TypingError(
-            f"devalloc.view: off and count must be integers, got {off} and {count}")
+            "devalloc.view: off and count must be integers (count: an integer, or a tuple "
+            f"of 1 to 3 integers for a shape), got {off} and {count}")
     return element_type(dtype)
 
 
 @intrinsic
 def view(typingctx, ctx, off, count, dtype):
-    """Return a 1-D array of ``count`` items of ``dtype`` at byte ``off``.
+    """Return an array of ``count`` items of ``dtype`` at byte ``off``.
 
-    Any thread may call. No atomics, no memory access. If the range
-    ``[off, off + count * itemsize)`` is not inside the arena (for example
-    ``off`` is NULL), the result is an empty array at offset 0.
+    ``count`` an integer gives a 1-D array; a tuple of 1 to 3 integers (a
+    shape) a C-contiguous array of that shape. Any thread may call. No
+    atomics, no memory access. If the range ``[off, off + size * itemsize)``
+    is not inside the arena (for example ``off`` is NULL), or a dimension is
+    negative, the result is an empty array (every dimension 0) at offset 0.
+    The offset's alignment is the caller's to keep (``devalloc.view`` on a
+    debug heap checks it).
     """
     elem = check_view_args(off, count, dtype)
+    ndim = _dims(count)
     arena_ty = ctx[0]
-    retty = types.Array(elem, 1, "C")
+    retty = types.Array(elem, ndim, "C")
     sig = retty(ctx, off, count, dtype)
 
     def codegen(context, builder, sig, args):
@@ -60,38 +78,80 @@ def view(typingctx, ctx, off, count, dtype):
         )
         i64 = ir.IntType(64)
         off_v = context.cast(builder, off_v, sig.args[1], types.int64)
-        count_v = context.cast(builder, count_v, sig.args[2], types.int64)
+        if isinstance(sig.args[2], types.Integer):
+            dims = [context.cast(builder, count_v, sig.args[2], types.int64)]
+        else:
+            dims = [context.cast(builder, builder.extract_value(count_v, d), sig.args[2][d],
+                                 types.int64) for d in range(ndim)]
         itemsize = context.get_abi_sizeof(context.get_data_type(elem))
         size = builder.extract_value(arena.shape, 0)
         zero = ir.Constant(i64, 0)
-        # In range when 0 <= off <= size and 0 <= count <= (size - off) / itemsize.
+        # In range when 0 <= off <= size, every dimension is >= 0 and their
+        # product is <= (size - off) / itemsize. Each dimension is checked
+        # against that bound, and each product's overflow flag is kept, so
+        # no wrapped product passes.
         off_ok = builder.and_(
             builder.icmp_signed(">=", off_v, zero),
             builder.icmp_signed("<=", off_v, size),
         )
         room = builder.select(off_ok, builder.sub(size, off_v), zero)
         max_count = builder.sdiv(room, ir.Constant(i64, itemsize))
-        ok = builder.and_(
-            off_ok,
-            builder.and_(
-                builder.icmp_signed(">=", count_v, zero),
-                builder.icmp_signed("<=", count_v, max_count),
-            ),
-        )
+        ok = off_ok
+        total = dims[0]
+        for d, dim in enumerate(dims):
+            ok = builder.and_(ok, builder.and_(
+                builder.icmp_signed(">=", dim, zero),
+                builder.icmp_signed("<=", dim, max_count)))
+            if d:
+                prod = builder.umul_with_overflow(total, dim)
+                total = builder.extract_value(prod, 0)
+                ok = builder.and_(ok, builder.not_(builder.extract_value(prod, 1)))
+        if ndim > 1:
+            ok = builder.and_(ok, builder.icmp_signed("<=", total, max_count))
         off_v = builder.select(ok, off_v, zero)
-        count_v = builder.select(ok, count_v, zero)
+        dims = [builder.select(ok, dim, zero) for dim in dims]
+        strides = []
+        stride = ir.Constant(i64, itemsize)
+        for dim in reversed(dims):
+            strides.insert(0, stride)
+            stride = builder.mul(stride, dim)
         data = builder.gep(arena.data, [off_v])
         data = builder.bitcast(data, context.get_data_type(elem).as_pointer())
         out = context.make_array(retty)(context, builder)
         context.populate_array(
             out,
             data=data,
-            shape=[count_v],
-            strides=[ir.Constant(i64, itemsize)],
+            shape=dims,
+            strides=strides,
             itemsize=ir.Constant(i64, itemsize),
             meminfo=None,
         )
         return out._getvalue()
+
+    return sig, codegen
+
+
+@intrinsic
+def offset_of(typingctx, ctx, arr):
+    """Return the byte offset of ``arr``'s first item in the arena of ``ctx``.
+
+    Any thread may call; no memory access. Meaningful for arrays made by
+    ``view`` or ``devalloc.array`` over this heap; an array of size 0 gives
+    NULL (it holds no block).
+    """
+    if not isinstance(arr, types.Array):
+        raise TypingError(f"devalloc.free_array: expected an array, got {arr}")
+    arena_ty = ctx[0]
+    sig = types.int64(ctx, arr)
+
+    def codegen(context, builder, sig, args):
+        ctx_v, arr_v = args
+        i64 = ir.IntType(64)
+        arena = context.make_array(arena_ty)(context, builder, builder.extract_value(ctx_v, 0))
+        a = context.make_array(sig.args[1])(context, builder, arr_v)
+        diff = builder.sub(builder.ptrtoint(a.data, i64), builder.ptrtoint(arena.data, i64))
+        empty = builder.icmp_signed("==", a.nitems, ir.Constant(i64, 0))
+        return builder.select(empty, ir.Constant(i64, -1), diff)
 
     return sig, codegen
 
@@ -119,8 +179,20 @@ def view_simulated(ctx, off, count, dtype):
     itemsize = dtype.itemsize
     size = arena.shape[0]
     off = int(off)
-    count = int(count)
-    if not (0 <= off <= size and 0 <= count <= (size - off) // itemsize):
+    shape = tuple(int(d) for d in count) if isinstance(count, tuple) else (int(count),)
+    total = 1
+    for d in shape:
+        total *= d
+    if not (0 <= off <= size and min(shape) >= 0 and total <= (size - off) // itemsize):
         off = 0
-        count = 0
-    return arena[off:off + count * itemsize].view(dtype)
+        shape = (0,) * len(shape)
+        total = 0
+    out = arena[off:off + total * itemsize].view(dtype)
+    return out.reshape(shape) if len(shape) > 1 else out
+
+
+def offset_of_simulated(ctx, arr):
+    """Simulator stand-in for :func:`offset_of`: NULL for an empty array."""
+    if arr.size == 0:
+        return -1
+    return arr.__array_interface__["data"][0] - ctx.arena.__array_interface__["data"][0]

@@ -13,10 +13,11 @@ imports below only make the source readable and checkable.
 from numba import cuda, int64
 
 from .. import layout as L
-from ..device import warp
+from ..device import api, warp
 from ..device._meta import _pages_changed, _pcount
 from ..device.index import _index_set
 from ..device.pages import _alloc_pages, _free_pages
+from ..device.porting import _copy
 from ..device.slab import _find, _release_slots, _seek, _settle, _took_page
 
 
@@ -218,6 +219,20 @@ def find_settle_gives_up(meta, npages, c, want, prof):
     return g
 
 
+def move_free_first(ctx, o, n, keep):
+    """``realloc``'s move (``_move``) that frees the old block before it copies it.
+
+    Between the free and the copy another thread may be handed the old
+    bytes (its slab retired, the page taken again) and write them: the
+    copy then carries the other thread's bytes, not the caller's.
+    """
+    api.free(ctx, o)  # BUG: the old block is given back before it is copied
+    new = api.alloc(ctx, n)
+    if new != L.NULL:
+        _copy(ctx, new, o, keep)
+    return new
+
+
 #: name -> (device function replaced, broken copy)
 VARIANTS = {
     "take_check_then_clear": ("_take_bits", take_bits_check_then_clear),
@@ -228,5 +243,6 @@ VARIANTS = {
     "alloc_small_overserve": ("_alloc_small", alloc_small_overserve),
     "free_small_leader_bit_only": ("_free_small", free_small_leader_bit_only),
     "claim_plain_update": ("_claim", claim_plain_update),
+    "move_free_first": ("_move", move_free_first),
     "find_settle_gives_up": ("_find", find_settle_gives_up),
 }

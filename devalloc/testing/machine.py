@@ -99,6 +99,11 @@ class ThreadSpec:
     scope, take scoped scratch of each size (each written with the thread's
     pattern), verify them all, release the scope: its chunks are heap blocks
     the model tracks, taken and freed through the public ``alloc``/``free``.
+    ``("realloc", i, n)``: ``devalloc.realloc`` of allocation ``i`` to ``n``
+    bytes (the porting API): in place, or a new block (numbered ``i`` too),
+    the copy and the old block's free, each told to the model; afterwards
+    ``write``/``verify`` of ``i`` cover the first ``min(old, n)`` bytes, so a
+    ``verify`` checks that the copy kept them.
     """
 
     block: int
@@ -177,6 +182,12 @@ def _check_program(who, ops):
             if op[1] >= 0 and op[1] % L.ALIGN == 0:
                 raise ValueError(f"{who}: free_bogus({op[1]}) may name a real block")
             continue
+        if kind == "realloc":
+            i = op[1]
+            if not 0 <= i < len(allocs) or i in freed or i in bumps or op[2] <= 0:
+                raise ValueError(f"{who}: {op_str(op)} needs a live allocation of its "
+                                 "own (not a bump) and a size > 0")
+            continue
         i = op[1]
         if not 0 <= i < len(allocs) or i in freed:
             raise ValueError(f"{who}: {op_str(op)} names no live allocation of its own")
@@ -207,6 +218,8 @@ def op_str(op):
         return f"bump({op[1]})"
     if kind == "scope":
         return "scope(" + ", ".join(str(n) for n in op[1]) + ")"
+    if kind == "realloc":
+        return f"realloc(#{op[1]}, {op[2]})"
     return f"{kind}(#{op[1]})"
 
 
@@ -412,6 +425,8 @@ class LThread:
         self.chunks = 0  # scoped chunks taken (their model numbers are -1, -2...)
         self.scoped_calls = 0  # scoped() calls made, and the one in which
         self.null_in = -1  # a chunk alloc last returned NULL (-1: none)
+        self.resizing = -1  # the allocation a realloc operation is resizing
+        self.unwritten = set()  # allocations a realloc of NULL made: nothing to verify
         self.asking = None  # the size of the alloc in progress (NULL watch)
         self.asking_own = 0  # pages its own earlier rounds may hold
         self.full_seen = False  # the model had no room for it at some step
@@ -560,6 +575,28 @@ class FakeApi:
         self._api.chunk_free(ctx, off)
         t.events.append(("free", "free"))
 
+    # The porting API's own alloc and free (realloc's new block and its free
+    # of the old one): the real ones, each told to the model as an
+    # operation, the new block numbered as the allocation being resized.
+    # Its NULL is watched like an alloc's (issue 25: NULL only when full).
+    def alloc(self, ctx, nbytes):
+        t = _tls.thread
+        n = int(nbytes)
+        t.machine._ask(t, n, 0)
+        t.events.append(("start", "alloc", (), 1, pages_moved(n)))
+        t.touched = False
+        off = int(self._api.alloc(ctx, nbytes))
+        t.machine._answered(t, [off], f"realloc's alloc({n})")
+        t.events.append(("alloc", t.resizing, n, off))
+        return off
+
+    def free(self, ctx, off):
+        t = _tls.thread
+        t.events.append(("start", "free", (int(off),), 1))
+        t.touched = False
+        self._api.free(ctx, off)
+        t.events.append(("free", "free"))
+
 
 # ---------------------------------------------------------------- machine
 
@@ -583,6 +620,7 @@ class Machine:
         scope_mod = sys.modules[f"{core.__package__}.scope"]
         self.bump = bump_mod.bump
         self.mark, self.scoped, self.release = scope_mod.mark, scope_mod.scoped, scope_mod.release
+        self.realloc = sys.modules[f"{core.__package__}.porting"]._realloc_normal
         if _is_dispatcher(self.alloc):
             raise RuntimeError("Machine must be created inside explorer.installed()")
         self._Ctx = Ctx
@@ -685,10 +723,20 @@ class Machine:
                 t.offs.append(off)
             elif kind == "scope":
                 self._scope(t, k, op[1])
+            elif kind == "realloc":
+                if t.offs[op[1]] == L.NULL:
+                    t.unwritten.add(op[1])  # realloc(NULL) is alloc: a fresh block
+                t.resizing = op[1]
+                off = int(self.realloc(ctx, t.offs[op[1]], op[2]))
+                t.resizing = -1
+                if off != L.NULL:
+                    t.offs[op[1]] = off
+                self._returned(t, off)
             elif kind in ("write", "verify"):
                 off = t.offs[op[1]]
-                if off == L.NULL:
+                if off == L.NULL or (kind == "verify" and op[1] in t.unwritten):
                     continue
+                t.unwritten.discard(op[1])
                 n = self._alloc_size(t, op[1])
                 self.park(t, (kind, off, "program", 0))
                 key = (t.tid * 37 + op[1] * 11 + 1) & 0xFF
@@ -773,6 +821,10 @@ class Machine:
                 sizes.append(op[1])
             elif op[0] == "alloc_group":
                 sizes += [op[1]] * op[2]
+            elif op[0] == "realloc":
+                # What the block holds for sure: the old size if realloc
+                # failed, the new one if it did not (and the copy, min of both).
+                sizes[op[1]] = min(sizes[op[1]], op[2])
         return sizes[i]
 
     # --------------------------------------------------- scheduler side

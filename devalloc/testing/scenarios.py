@@ -45,6 +45,7 @@ AG = "alloc_group"  # (AG, n, k): k lanes of a warp allocate n bytes together
 FG = "free_group"   # (FG, (i, j, ...)): lanes free those blocks together
 B = "bump"          # (B, n): bump n bytes (numbered like an alloc, never freed)
 S = "scope"         # (S, (n1, n2...)): a scope taking scoped scratch of each size
+R = "realloc"       # (R, i, n): devalloc.realloc of allocation i to n bytes
 
 EXHAUSTIVE = (
     # Two slot holders of one slab, both in bitmap word 0, same block.
@@ -167,6 +168,33 @@ EXHAUSTIVE = (
         _t(0, 0, (A, 16), (A, 16), (F, 0), (F, 1)),
         _t(1, 0, (A, 16), (A, 16), (F, 0)),
     ), spread_max=1, constants=(("SLAB_TRIES", 1),)),
+    # realloc racing frees of other blocks (the porting API). Moving to
+    # another class: the new block comes from the slab the other thread's
+    # free may be retiring; then the copy (checked by verify), then the old
+    # block's free.
+    Scenario("realloc_vs_free", 2, (
+        _t(0, 0, (A, 48), (W, 0), (R, 0, 100), (V, 0)),
+        _t(1, 0, (A, 100), (F, 0)),
+    )),
+    # In place (same class: no atomic, one load of the state word) while a
+    # neighbour in the same slab is freed; then a move into a large block.
+    Scenario("realloc_in_place_vs_free", 3, (
+        _t(0, 0, (A, 100), (W, 0), (R, 0, 110), (R, 0, 9000), (V, 0)),
+        _t(1, 0, (A, 100), (F, 0)),
+    )),
+    # realloc racing another thread's alloc, write and free: the old block's
+    # bytes stay T0's until they are copied (a free before the copy would
+    # let T1 take the retired page and write over them).
+    Scenario("realloc_vs_alloc_write", 2, (
+        _t(0, 0, (A, 48), (W, 0), (R, 0, 4096), (V, 0)),
+        _t(1, 0, (A, 4096), (W, 0), (F, 0)),
+    )),
+    # One page, which T0's own 48-byte block keeps a slab: the move to 4096
+    # bytes fails (NULL, the old block intact and still T0's) whatever T1 does.
+    Scenario("realloc_fails_on_one_page", 1, (
+        _t(0, 0, (A, 48), (W, 0), (R, 0, 4096), (V, 0), (F, 0)),
+        _t(1, 0, (A, 48), (F, 0)),
+    )),
 )
 
 PCT = (
