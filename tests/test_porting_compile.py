@@ -42,6 +42,38 @@ def figures():
     return {(r["kernel"].removeprefix("porting_"), r["heap"]): r for r in rows}
 
 
+QUICK = """
+import json
+from numba import types
+from devalloc import aot, ctx_type
+from devalloc.testing import porting_probes as P
+rows = {}
+for name in ("array", "usable_size"):
+    ptx, _ = aot.compile_ptx(P.PROBES[name], (ctx_type, types.int64, types.int64[::1]), cc=(9, 0))
+    r = aot.assemble(ptx, (9, 0))
+    rows[name] = {"registers": r.registers, "spill_bytes": r.spill_bytes,
+                  "stack_bytes": r.stack_bytes, "sass_atomics": r.sass_atomics,
+                  "sass_membar_sc": r.sass_membar_sc}
+print(json.dumps(rows))
+"""
+
+
+def test_array_and_usable_size_compile_for_sm90_within_budget():
+    # The fast tier's share of this module (the full tier's figures cover
+    # every call on every kind of heap): the same budgets, normal heaps.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, "-c", QUICK], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    for call, r in rows.items():
+        assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, r
+        assert 0 < r["registers"] <= MEASURED[call][0] + MARGIN, (call, r)
+        assert r["sass_membar_sc"] == 0, r
+    assert rows["usable_size"]["sass_atomics"] == 0
+    assert rows["array"]["sass_atomics"] >= 2
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("call", sorted(MEASURED))
 def test_porting_call_compiles_within_budget_without_spills(figures, call):
