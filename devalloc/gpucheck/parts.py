@@ -137,7 +137,9 @@ def tests(mode):
         xml = Path(tmp) / "junit.xml"
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEs",
                f"--junitxml={xml}", *files]
-        if mode != "simulate" and _version("pytest-xdist"):
+        if not _version("pytest-xdist"):  # pyproject's addopts name xdist's -n
+            cmd[4:4] = ["-o", "addopts=-ra"]
+        elif mode != "simulate":
             cmd[4:4] = ["-n", str(os.cpu_count() or 1)]  # the compiles run on the CPU
         if mode != "simulate" and _version("pytest-timeout"):
             cmd[4:4] = ["--timeout", "120"]  # a hanging test fails alone
