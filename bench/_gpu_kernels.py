@@ -35,12 +35,11 @@ The kernels:
   other kernels.
 """
 
-import contextlib
-
 import numpy as np
-from numba import config, cuda, types
+from numba import cuda, types
 
 import devalloc
+from devalloc import _examples
 
 #: Lanes per warp; the warp variant's lane 0 allocates.
 WARP = 32
@@ -175,15 +174,9 @@ def nrt_warp(nbytes, n, out):
         out[w] = a[0]
 
 
-@contextlib.contextmanager
-def nrt_enabled():
-    """Compile (and first launch) NRT kernels inside this ``with`` only."""
-    old = getattr(config, "CUDA_ENABLE_NRT", False)
-    config.CUDA_ENABLE_NRT = True
-    try:
-        yield
-    finally:
-        config.CUDA_ENABLE_NRT = old
+#: Compile (and first launch) NRT kernels inside this ``with`` only: the
+#: examples' switch (``kernels/_metering.py``), one for the whole project.
+nrt_enabled = _examples.load("_metering").nrt_enabled
 
 
 #: NRT kernels get their own dispatchers, compiled under nrt_enabled().
