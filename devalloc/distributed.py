@@ -252,8 +252,9 @@ def run_shard(example, start, threads, seed, block=64, max_growths=8):
 def run_sharded(client, example, threads, seed, shards=None, block=64):
     """Run ``example`` on ``client``'s workers in shards; return ``(result, shards)``.
 
-    ``shards`` defaults to one per worker; shard ``k`` goes to worker ``k``
-    (by address, round robin), or to another one if that worker is gone.
+    ``shards`` defaults to one per worker; shard ``k`` is asked of worker
+    ``k`` (by address, round robin) loosely: another worker runs it if that
+    one is gone, or if Dask's work stealing moves it to an idle worker.
     The shards' outputs are joined in thread order and the example's
     ``result`` computed from them: the answer of a single process with the
     same ``seed``. The result's usage figures add up the shards' heaps

@@ -273,12 +273,16 @@ def test_sharded_run_on_the_cluster_gives_the_answer_of_one_process(attached):
     r, parts = dd.run_sharded(client, "ragged_walks", 24, 9, shards=3, block=8)
     assert answer_of(r) == answer_of(whole)
     assert [(p.start, p.threads) for p in parts] == [(0, 8), (8, 8), (16, 8)]
-    a, b = workers(client)
-    assert [p.worker for p in parts] == [a, b, a]  # round robin
-    # The 4-page heaps were too small for a shard: each worker grew its own.
+    # Shard k is asked of worker k round robin, loosely: Dask's work stealing
+    # may move a waiting shard to an idle worker (seen on a loaded 2-core CI
+    # machine), so only "some worker of the cluster ran it" is promised.
+    used = {p.worker for p in parts}
+    assert used <= set(workers(client))
+    # The 4-page heaps were too small for a shard: each worker that ran one
+    # grew its own; its usage is its last shard's (a walk, a block per thread).
     u = dd.usage(client)
-    assert all(x.capacity > CAPACITY and x.failed == 0 for x in u.values())
-    assert u[b].allocs == 8  # its only shard: a walk, a block
+    for w in used:
+        assert u[w].capacity > CAPACITY and u[w].failed == 0 and u[w].allocs == 8, w
 
 
 def test_a_shard_that_cannot_grow_enough_says_so(attached):
@@ -322,7 +326,10 @@ def test_demo_with_workers_gives_the_json_of_one_process(tmp_path):
     d = s["distributed"]
     assert [(x["start"], x["threads"]) for x in d["shards"]] == [(0, 12), (12, 12)]
     assert set(d["workers"]) == {x["worker"] for x in d["shards"]}
-    assert sum(u["allocs"] for u in d["workers"].values()) == s["usage"]["allocs"] == 24
+    assert s["usage"]["allocs"] == 24  # the shards' heaps added up
+    # Each worker's heap after its last shard (one shard may have been stolen
+    # by the other worker, so not "one shard each"): 12 walks, a block each.
+    assert all(u["allocs"] == 12 for u in d["workers"].values())
     assert set(d["targets"].values()) == {s["target"]}
 
 
