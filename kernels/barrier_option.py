@@ -38,7 +38,8 @@ The second pass needs the path, but only some of it, for only some paths:
 Memory: the worst case is (NSTEPS + 1) float64 per path, 264 B; the heap
 holds about 27 % of the paths' chains of 64 B chunks between the passes.
 Measured on the simulator (seed 1): peak 16,384 B vs 67,584 B at 256
-threads; 163,840 B vs 792,000 B at 3,000 threads (seed 5).
+threads; 147,456 B vs 792,000 B at 3,000 threads (seed 5; 163,840 B with
+the 128 B chunks before issue 30).
 
 All draw the same numbers from the same per-thread xoroshiro128+ stream, so
 their payoffs are identical. If the heap cannot serve a chunk (``alloc``
