@@ -18,6 +18,13 @@ through the fill pass), plus its counts (4 B a thread) and the scan's
 arrays, and in ``particle_transport`` the count pass's local stack (4 KiB
 per resident thread). The worst case is the example's ``worst_case_bytes``.
 
+Each example's gap is split into its causes (requested / exact: the
+example's own rounding; class / requested: the size classes'; packed /
+class: slab slack), and a levers table asks, from the same histograms,
+what other pages and class splits (``histogram_bytes(page=, sub_bits=)``,
+what-ifs: the device's are fixed) and other designs of the example's own
+blocks would give (issue 30, part 4).
+
 The model is checked against the simulator where both apply
 (``tests/test_methods.py``: the peak of a real run equals
 ``histogram_bytes`` of its real sizes, for the examples whose blocks are

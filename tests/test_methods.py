@@ -256,10 +256,12 @@ def test_the_sweeps_levers(monkeypatch):
     for r in rows:
         n = r["threads"]
         # The first lever is the heap as it is: the sweep's own packed / exact.
-        assert levers["today: 16 KiB pages, 4 classes a power of two"][n] == r["heap_packed"] / r["exact"]
-        pages = [levers[f"{k} KiB pages"][n] for k in (1, 2, 4, 8)] + [r["heap_packed"] / r["exact"]]
+        today = r["heap_packed"] / r["exact"]
+        assert levers["today: 16 KiB pages, 4 classes a power of two"][n] == today
+        pages = [levers[f"{k} KiB pages"][n] for k in (1, 2, 4, 8)] + [today]
         assert levers["the best of those pages at each size"][n] == min(pages)
-        # The decomposition's columns multiply to the gap; one size class holds every chunk.
+        # Chunks are one size class: no class rounding between requested and held;
+        # the metadata is that of a heap of exactly the peak.
         assert r["requested"] == r["live_blocks"] * bo.CHUNK_BYTES == r["in_blocks"]
         assert r["meta"] == L.meta_bytes(r["heap_packed"] // L.PAGE)
     # One exact block per path touches many classes: more pages at 256 threads than chunks.
