@@ -284,5 +284,5 @@ def test_the_sweeps_histograms_and_crossovers(monkeypatch):
         assert r["worst"] == bo.worst_case_bytes(r["threads"])
         assert r["heap_packed"] <= r["heap_spread"]
         assert r["exact"] < r["count_scan"] and r["classes"] == 1  # one chunk size
-        # Chains of 128 B chunks: the heap holds at least the chunks' bytes.
+        # Chains of CHUNK_BYTES chunks: the heap holds at least the chunks' bytes.
         assert r["heap_packed"] >= r["live_blocks"] * bo.CHUNK_BYTES
