@@ -113,11 +113,33 @@ HEAP_LEVERS = [("today: 16 KiB pages, 4 classes a power of two", {})] + [
 LEVER_THREADS = [256, 1024, 4096, 65536, 1 << 20]
 
 
-def _ratios(s, name, module, **kw):
-    """Return {threads: heap peak / exact} for every thread count, with histogram_bytes(**kw)."""
+#: The automatic page asked about: a heap gets at least this many pages.
+AUTO_PAGES = 256
+
+
+def auto_page(capacity):
+    """Return the page a heap of ``capacity`` bytes would get: capacity / AUTO_PAGES.
+
+    A power of two from 1 KiB to PAGE (a what-if: devalloc's page is PAGE).
+    """
+    page = 1024
+    while page < L.PAGE and 2 * page * AUTO_PAGES <= capacity:
+        page *= 2
+    return page
+
+
+def _ratios(s, name, module, auto=False, **kw):
+    """Return {threads: heap peak / exact} for every thread count, with histogram_bytes(**kw).
+
+    ``auto``: with the page :func:`auto_page` gives a heap of the peak with
+    16 KiB pages (the capacity ``usage().suggest_capacity`` starts from).
+    """
     out = {}
     for n in THREADS:
-        out[n] = L.histogram_bytes(_live(s, n), **kw) / _exact_and_scan(name, module, s, n)[0]
+        h = _live(s, n)
+        if auto:
+            kw = {"page": auto_page(L.histogram_bytes(h))}
+        out[n] = L.histogram_bytes(h, **kw) / _exact_and_scan(name, module, s, n)[0]
     return out
 
 
@@ -140,10 +162,15 @@ def levers_for(name, module, s):
     rows = [(label, _ratios(s, name, module, **kw)) for label, kw in HEAP_LEVERS]
     best = {n: min(r[n] for _, r in rows[:5]) for n in THREADS}  # today's classes, any page
     rows.append(("the best of those pages at each size", best))
+    rows.append((AUTO, _ratios(s, name, module, auto=True)))
     for label, v in example_variants(name, module, s):
         rows.append((label, _ratios(v, name, module)))
-        rows.append((label + ", 1 KiB pages", _ratios(v, name, module, page=1024)))
+        rows.append((label + ", automatic page", _ratios(v, name, module, auto=True)))
     return rows
+
+
+#: The levers table's row of the automatic page.
+AUTO = f"automatic page: capacity / {AUTO_PAGES}, 1 to 16 KiB"
 
 
 def crossover(rows, key, other):
@@ -216,8 +243,8 @@ def section(results, levers):
         by_n = {r["threads"]: r for r in rows}
         today = (by_n[256]["heap_packed"] / by_n[256]["exact"], _from(rows, 65536, "heap_packed"),
                  by_n[1 << 20]["heap_packed"] / by_n[1 << 20]["exact"])
-        best = dict(levers[name])["the best of those pages at each size"]
-        adaptive = (best[256], _from(best, 65536), best[1 << 20])
+        auto = dict(levers[name])[AUTO]
+        adaptive = (auto[256], _from(auto, 65536), auto[1 << 20])
         summary.append([
             name, _n(crossover(rows, "heap_packed", "worst")),
             _n(crossover(rows, "heap_spread", "worst")),
@@ -231,9 +258,12 @@ def section(results, levers):
               "devalloc's page is a compile-time constant of the device code (16 KiB) and "
               "its classes are 4 a power of two. 'The best of those pages' takes, at each "
               "thread count, the least of the 16, 8, 4, 2 and 1 KiB rows: what a page chosen "
-              "per heap (`Heap(capacity, page=...)`, not in the device code yet) could reach. "
-              "The example rows are other designs of the example's own blocks (the answers "
-              "do not depend on them), with the heap as it is and with 1 KiB pages.", ""]
+              "per heap (`Heap(capacity, page=...)`, not in the device code yet) could reach "
+              "at best. 'Automatic page' is a rule a heap could apply by itself: pages of "
+              f"capacity / {AUTO_PAGES} (at least {AUTO_PAGES} pages), a power of two from 1 "
+              "to 16 KiB, for a heap whose capacity is the 16 KiB peak. The example rows are "
+              "other designs of the example's own blocks (the answers do not depend on them), "
+              "with the heap as it is and with the automatic page.", ""]
     for name, rows in levers.items():
         cols = [("lever", "l")] + [(f"{t:,}", "r") for t in lt] + [("worst from 65,536", "r")]
         table = [[label] + [f"{r[t]:.2f}" for t in lt] + [f"{_from(r, 65536):.2f}"]
@@ -242,13 +272,13 @@ def section(results, levers):
     cols = [("example", "l"), ("heap < worst case from (packed)", "r"),
             ("heap < worst case from (spread)", "r"), ("heap < count + scan from", "r"),
             ("packed / exact at 256 / worst from 64K / 1M", "r"), ("targets 3x / 1.5x / 1.2x", "l"),
-            ("the same, best page at each size (what-if)", "r"), ("targets", "l")]
+            ("the same, automatic page (what-if)", "r"), ("targets", "l")]
     lines += ["### Crossovers and the targets", "", markdown_table(cols, summary), "",
               "A crossover is the first power of two from which the heap stays below the "
               "other method up to 1M threads (on this grid: the true one lies between it and "
               "half of it). 'Worst from 64K' is the largest ratio at 65,536 threads and "
-              "above (the target holds from 64K up). The what-if columns take the best "
-              "of 16, 8, 4, 2 and 1 KiB pages at each thread count (a page chosen per heap)."]
+              "above (the target holds from 64K up). The what-if columns take the automatic "
+              f"page (capacity / {AUTO_PAGES}, 1 to 16 KiB: a page chosen per heap)."]
     return "\n".join(lines)
 
 

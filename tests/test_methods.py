@@ -244,6 +244,14 @@ def test_the_sweeps_example_designs_exact():
     assert M.barrier_chunks(np.array([15]), words=16).blocks.tolist() == [1]
 
 
+def test_the_sweeps_automatic_page_exact():
+    sweep = _sweep()
+    assert sweep.AUTO_PAGES == 256
+    assert [sweep.auto_page(c) for c in (0, 512 * 1024 - 1, 512 * 1024, 1 << 20, (4 << 20) - 1)] == [
+        1024, 1024, 2048, 4096, 8192]
+    assert sweep.auto_page(4 << 20) == sweep.auto_page(1 << 40) == 16384  # at most the heap's page
+
+
 def test_the_sweeps_levers(monkeypatch):
     from devalloc import layout as L
 
@@ -264,6 +272,9 @@ def test_the_sweeps_levers(monkeypatch):
         # the metadata is that of a heap of exactly the peak.
         assert r["requested"] == r["live_blocks"] * bo.CHUNK_BYTES == r["in_blocks"]
         assert r["meta"] == L.meta_bytes(r["heap_packed"] // L.PAGE)
+    auto = levers[sweep.AUTO]
+    best = levers["the best of those pages at each size"]
+    assert all(best[n] <= auto[n] for n in (256, 1024))  # a rule: never below the best page
     # One exact block per path touches many classes: more pages at 256 threads than chunks.
     exact_blocks = levers["one block of exactly the kept points"]
     assert exact_blocks[256] > levers["today: 16 KiB pages, 4 classes a power of two"][256]
