@@ -85,6 +85,19 @@ else:
             return context.get_dummy_value()
         return next(vals)
 
+    def _flags(f):
+        # The flags a device function gets from @cuda.jit (numba.cuda.compiler):
+        # NumPy's error model (no exception paths: the default "python" one
+        # adds them) and f's line info (devalloc.paths walks by it).
+        from numba.cuda.flags import CUDAFlags
+
+        flags = CUDAFlags()
+        flags.error_model = "numpy"
+        if f.targetoptions.get("lineinfo"):
+            flags.debuginfo = True
+            flags.dbg_directives_only = True
+        return flags
+
     def outline(f):
         """Return a callable that calls device function ``f`` out of line."""
         pyfunc = f.py_func
@@ -103,7 +116,8 @@ else:
                 body = ir.IRBuilder(fn.append_basic_block("entry"))
                 vals = iter(fn.args)
                 inner = [_rebuild(context, body, t, vals) for t in sig.args]
-                cres = context.compile_subroutine(body, pyfunc, sig)
+                cres = context.compile_subroutine(body, pyfunc, sig, flags=_flags(f),
+                                                  caching=False)
                 # Device code raises no exceptions: the status is always OK.
                 _, res = context.call_internal_no_propagate(body, cres.fndesc, sig, inner)
                 body.ret(res)
