@@ -241,12 +241,14 @@ _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _INSN = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
 
 
-def assemble(ptx, cc=(9, 0)):
+def assemble(ptx, cc=(9, 0), max_registers=None):
     """Assemble ``ptx`` with ptxas -v and disassemble it; return :class:`Resources`.
 
     Counts SASS instructions, global/generic atomic instructions (ATOM,
     ATOMG, RED, REDG), ``CALL`` instructions and ``MEMBAR.SC`` fences of the
-    kernel and the functions it calls. The stack frame is the largest of any
+    kernel and the functions it calls. ``max_registers``: ptxas's
+    ``-maxrregcount``, what ``@cuda.jit(max_registers=N)`` asks of the
+    driver's assembler. The stack frame is the largest of any
     function's, spills are summed over them (ptxas reports each function
     it keeps out of line on its own). Raises RuntimeError with ptxas's
     message if assembly fails.
@@ -256,8 +258,9 @@ def assemble(ptx, cc=(9, 0)):
         src = Path(tmp) / "k.ptx"
         out = Path(tmp) / "k.cubin"
         src.write_text(ptx)
+        cap = [f"-maxrregcount={max_registers}"] if max_registers else []
         res = subprocess.run(
-            [tool_path("ptxas"), "-v", f"-arch={arch}", str(src), "-o", str(out)],
+            [tool_path("ptxas"), "-v", f"-arch={arch}", *cap, str(src), "-o", str(out)],
             capture_output=True, text=True,
         )
         if res.returncode:

@@ -178,14 +178,16 @@ def _compile(fn, sig, cc, timing):
     return ptx, aot.assemble(ptx, cc), numba_s, aot.ptxas_seconds(ptx, cc) if timing else 0.0
 
 
-def measure(cc=(9, 0), ops=None, sig=None, timing=True):
+def measure(cc=(9, 0), ops=None, sig=None, timing=True, max_registers=None):
     """Return ``{op: {"sites": {k: row}, "per_extra_site": n, ...}}`` for ``cc``.
 
     ``ops`` picks operations of :data:`KERNELS` (all by default); ``sig``
     the kernels' signature (:data:`devalloc.probes.SIG`: a normal heap).
     A row: ``sass_instructions``, ``registers``, ``spill_bytes``,
     ``stack_bytes``, ``calls`` (SASS ``CALL`` instructions) and, with
-    ``timing``, ``numba_seconds`` and ``ptxas_seconds``.
+    ``timing``, ``numba_seconds`` and ``ptxas_seconds``. ``max_registers``
+    assembles as ``@cuda.jit(max_registers=N)`` would (ptxas
+    ``-maxrregcount``).
     """
     from .probes import SIG
 
@@ -195,6 +197,8 @@ def measure(cc=(9, 0), ops=None, sig=None, timing=True):
         rows = {}
         for k, fn in KERNELS[op].items():
             ptx, r, numba_s, ptxas_s = _compile(fn, sig, cc, timing)
+            if max_registers:
+                r = aot.assemble(ptx, cc, max_registers)
             row = {"sass_instructions": r.sass_instructions, "registers": r.registers,
                    "spill_bytes": r.spill_bytes, "stack_bytes": r.stack_bytes,
                    "calls": r.sass_calls}

@@ -54,7 +54,7 @@ def test_outline_is_the_function_itself_on_the_simulator():
         return x
 
     assert outline.outline(f) is f
-    assert core._free_out is core._free_uncounted
+    assert core.free_site is core.free and core.alloc_site is core.alloc
 
 
 #: Reached with DEVALLOC_OUTLINE=1 (numba-cuda 0.30, CUDA 13 tools, sm_90):

@@ -17,8 +17,8 @@ from numba import cuda, int64
 from .. import layout as L
 from . import warp
 from ._meta import _at, _count, _lo32, _load, _npages, _prof_of
-from .pages import _alloc_large, _free_large
 from .outline import outline
+from .pages import _alloc_large, _free_large
 from .slab import _alloc_small, _free_small, _size_class
 
 
@@ -44,9 +44,6 @@ def _alloc_uncounted(meta, npages, nbytes, prof):
     return int64(L.NULL)
 
 
-_alloc_out = outline(_alloc_uncounted)
-
-
 @cuda.jit(device=True)
 def alloc(ctx, nbytes):
     """Allocate a block of at least ``nbytes`` bytes; return its offset.
@@ -69,7 +66,7 @@ def alloc(ctx, nbytes):
         counted in ``failed``.
     """
     meta = ctx.meta
-    off = _alloc_out(meta, _npages(ctx), nbytes, _prof_of(ctx))
+    off = _alloc_uncounted(meta, _npages(ctx), nbytes, _prof_of(ctx))
     if off == L.NULL:
         _count(meta, L.S_FAILED)
     return off
@@ -99,19 +96,7 @@ def free(ctx, off):
     if o == L.NULL:
         warp.join_alone()  # free: no group (simulator: joins the rendezvous)
         return 1
-    ok = _free_out(meta, _npages(ctx), o, _prof_of(ctx))
-    if not ok:
-        _count(meta, L.S_INVALID)
-    return ok
-
-
-@cuda.jit(device=True)
-def _free_uncounted(meta, npages, o, prof):
-    """``free`` of a non-NULL offset without the invalid count; 1, or 0 if invalid.
-
-    Every lane calls ``warp.group`` once (in ``_free_small``) or
-    ``warp.join_alone``.
-    """
+    npages = _npages(ctx)
     ok = 0
     inside = o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0
     p = _lo32(o >> L.PAGE_SHIFT)  # 32 bits, so metadata indices are 32-bit sums
@@ -124,12 +109,19 @@ def _free_uncounted(meta, npages, o, prof):
         s = _load(meta, _at(L.state_word(p)))  # see "Known limits"
     t = L.state_tag(s)
     if inside and L.is_slab_tag(t):
-        ok = _free_small(meta, npages, p, s, rel, prof)
+        ok = _free_small(meta, npages, p, s, rel, _prof_of(ctx))
     else:
         warp.join_alone()  # no group needed (simulator: joins the rendezvous)
         if inside and t == L.TAG_HEAD and rel == 0:
-            ok = _free_large(meta, npages, p, prof)
+            ok = _free_large(meta, npages, p, _prof_of(ctx))
+    if not ok:
+        _count(meta, L.S_INVALID)
     return ok
 
 
-_free_out = outline(_free_uncounted)
+#: What the public dispatchers call (:mod:`devalloc.device.api`; the debug and
+#: observed paths too): ``alloc`` and ``free`` themselves, or, with
+#: :mod:`devalloc.device.outline` enabled, one out-of-line copy of each per
+#: kernel that every call site calls.
+alloc_site = outline(alloc)
+free_site = outline(free)
