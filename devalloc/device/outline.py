@@ -2,19 +2,22 @@
 
 ``outline(f)`` (``f`` a ``@cuda.jit(device=True)`` function) returns a device
 callable with ``f``'s arguments and result whose body is not inlined where
-it is called: the first call site in a kernel emits, into the kernel's LLVM
-module, one ``noinline`` function ``devalloc_<name>_<types>`` whose body is
-``f`` compiled by Numba, and every call site calls it. NVVM inlines ``f``
+it is called: the device function holding the call emits, into its LLVM
+module, one ``noinline`` function ``devalloc_<module>_<name>_<types>`` whose
+body is ``f`` compiled by Numba (Numba links device functions
+``linkonce_odr``: a kernel keeps one copy), and every call site in the
+kernel calls it. NVVM inlines ``f``
 into that wrapper, so Numba's calling convention (the result written
 through a pointer to the caller's stack) stays inside it, where NVVM
 promotes the slot to a register; the wrapper itself takes its arguments and
 returns its result as LLVM values (PTX ``.param``, registers in SASS), with
 no stack frame. docs/outline.md has the measurements behind it.
 
-Who may call: the device paths, for code that runs rarely (a slow path);
-a call costs some 10 instructions on the path that takes it. Warp
-intrinsics inside ``f`` keep their meaning: the lanes that enter the call
-together are the lanes active at the call site.
+Who may call: the device paths (``core.alloc_site``/``free_site``, bump's
+claim, scoped's new chunk). What the call adds to a walked path is not
+measured yet (docs/outline.md). Warp intrinsics inside ``f`` keep their
+meaning: the lanes that enter the call together are the lanes active at the
+call site, and a lane that does not call is not waited for.
 
 On the simulator ``outline(f)`` is ``f`` itself.
 """
@@ -89,9 +92,12 @@ else:
         # The flags a device function gets from @cuda.jit (numba.cuda.compiler):
         # NumPy's error model (no exception paths: the default "python" one
         # adds them) and f's line info (devalloc.paths walks by it).
-        from numba.cuda.flags import CUDAFlags
+        try:
+            from numba.cuda.flags import CUDAFlags as Flags
+        except ImportError:  # numba-cuda releases that use numba's own flags
+            from numba.core.compiler import Flags
 
-        flags = CUDAFlags()
+        flags = Flags()
         flags.error_model = "numpy"
         if f.targetoptions.get("lineinfo"):
             flags.debuginfo = True
@@ -116,8 +122,11 @@ else:
                 body = ir.IRBuilder(fn.append_basic_block("entry"))
                 vals = iter(fn.args)
                 inner = [_rebuild(context, body, t, vals) for t in sig.args]
-                cres = context.compile_subroutine(body, pyfunc, sig, flags=_flags(f),
-                                                  caching=False)
+                # Numba's cache of subroutines does not key the flags: a
+                # compilation with line info (devalloc.paths) is not cached.
+                flags = _flags(f)
+                cres = context.compile_subroutine(body, pyfunc, sig, flags=flags,
+                                                  caching=not flags.debuginfo)
                 # Device code raises no exceptions: the status is always OK.
                 _, res = context.call_internal_no_propagate(body, cres.fndesc, sig, inner)
                 body.ret(res)
