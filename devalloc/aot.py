@@ -227,6 +227,9 @@ class Resources:
     #: ``MEMBAR.SC`` instructions: sequentially consistent fences
     #: (``fence.sc``, numba's ``cuda.threadfence()``), which also invalidate L1.
     sass_membar_sc: int = 0
+    #: ``CALL`` instructions: out-of-line calls (the allocator's shared slow
+    #: paths, devalloc.device.outline).
+    sass_calls: int = 0
 
     @property
     def spill_bytes(self):
@@ -238,11 +241,16 @@ _SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _INSN = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)
 
 
-def assemble(ptx, cc=(9, 0)):
+def assemble(ptx, cc=(9, 0), max_registers=None):
     """Assemble ``ptx`` with ptxas -v and disassemble it; return :class:`Resources`.
 
     Counts SASS instructions, global/generic atomic instructions (ATOM,
-    ATOMG, RED, REDG) and ``MEMBAR.SC`` fences of the kernel. Raises RuntimeError with ptxas's
+    ATOMG, RED, REDG), ``CALL`` instructions and ``MEMBAR.SC`` fences of the
+    kernel and the functions it calls. ``max_registers``: ptxas's
+    ``-maxrregcount``, what ``@cuda.jit(max_registers=N)`` asks of the
+    driver's assembler. The stack frame is the largest of any
+    function's, spills are summed over them (ptxas reports each function
+    it keeps out of line on its own). Raises RuntimeError with ptxas's
     message if assembly fails.
     """
     arch = f"sm_{cc[0]}{cc[1]}"
@@ -250,8 +258,9 @@ def assemble(ptx, cc=(9, 0)):
         src = Path(tmp) / "k.ptx"
         out = Path(tmp) / "k.cubin"
         src.write_text(ptx)
+        cap = [f"-maxrregcount={max_registers}"] if max_registers else []
         res = subprocess.run(
-            [tool_path("ptxas"), "-v", f"-arch={arch}", str(src), "-o", str(out)],
+            [tool_path("ptxas"), "-v", f"-arch={arch}", *cap, str(src), "-o", str(out)],
             capture_output=True, text=True,
         )
         if res.returncode:
@@ -263,16 +272,30 @@ def assemble(ptx, cc=(9, 0)):
         if dis.returncode:
             raise RuntimeError(f"nvdisasm failed for {arch}:\n{dis.stderr}")
     regs = _REG.search(info)
-    spill = _SPILL.search(info)
+    spills = [tuple(map(int, m.groups())) for m in _SPILL.finditer(info)]
     ops = [m.group(2) for m in _INSN.finditer(dis.stdout)]
     atomics = [o for o in ops if o.split(".")[0] in ("ATOM", "ATOMG", "RED", "REDG")]
     return Resources(
         arch=arch,
         registers=int(regs.group(1)) if regs else 0,
-        stack_bytes=int(spill.group(1)) if spill else 0,
-        spill_stores=int(spill.group(2)) if spill else 0,
-        spill_loads=int(spill.group(3)) if spill else 0,
+        stack_bytes=max((f[0] for f in spills), default=0),
+        spill_stores=sum(f[1] for f in spills),
+        spill_loads=sum(f[2] for f in spills),
         sass_instructions=len(ops),
         sass_atomics=len(atomics),
         sass_membar_sc=sum(o.startswith("MEMBAR.SC") for o in ops),
+        sass_calls=sum(o.split(".")[0] == "CALL" for o in ops),
     )
+
+
+def ptxas_seconds(ptx, cc=(9, 0)):
+    """Return the wall-clock seconds ``ptxas`` takes to assemble ``ptx`` (a report figure)."""
+    import time
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.ptx"
+        src.write_text(ptx)
+        t0 = time.perf_counter()
+        subprocess.run([tool_path("ptxas"), f"-arch=sm_{cc[0]}{cc[1]}", str(src), "-o",
+                        str(Path(tmp) / "k.cubin")], capture_output=True, check=True)
+        return time.perf_counter() - t0

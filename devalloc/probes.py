@@ -6,7 +6,9 @@ kernels with :func:`devalloc.aot.compile_ptx`, assembles them with ``ptxas
 bytes, SASS instructions, atomic instructions and SC fences per kernel,
 with the difference to the empty kernel; then the SASS instructions
 executed on the common paths on sm_90 (:mod:`devalloc.paths`; JSON key
-``"paths"``). The test suite and ``bench/`` both use it.
+``"paths"``); with ``--code-size``, the cost of each extra call site of
+``alloc``, ``free``, ``view``, ``bump`` and ``scoped`` (:mod:`devalloc.codesize`;
+JSON key ``"code_size"``). The test suite and ``bench/`` both use it.
 
 Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset), and
 needs NVVM, ``ptxas`` and ``nvdisasm``: the test extra
@@ -307,6 +309,9 @@ def main(argv=None):
     p.add_argument("--cc", nargs="+", default=["75", "90"], help="compute capabilities, e.g. 75 80 90")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--traps", action="store_true", help="also report the compile traps")
+    p.add_argument("--code-size", action="store_true",
+                   help="also measure the cost per extra call site (devalloc.codesize, the "
+                        "first --cc)")
     p.add_argument("--no-paths", action="store_true",
                    help="skip the walked path lengths (devalloc.paths, sm_90)")
     a = p.parse_args(argv)
@@ -324,6 +329,10 @@ def main(argv=None):
         result["paths_floor"] = paths.floor((9, 0))
     if a.traps:
         result["traps"] = check_traps()
+    if a.code_size:
+        from . import codesize
+
+        result["code_size"] = codesize.measure(ccs[0])
     if a.json:
         json.dump(result, sys.stdout)
         print()
@@ -341,6 +350,14 @@ def main(argv=None):
             print(f"{name:>17}  {r['instructions']:4}  {r['what']}\n{'':>23}{top}")
     if a.traps:
         print(result["traps"])
+    if a.code_size:
+        print(f"\nPer call site ({ccs[0][0]}{ccs[0][1]}; sites: SASS instructions/registers/stack "
+              f"bytes, compile seconds):")
+        for op, e in result["code_size"].items():
+            sites = "  ".join(f"{k}: {r['sass_instructions']}/{r['registers']}/{r['stack_bytes']} "
+                              f"{r['numba_seconds'] + r['ptxas_seconds']:.2f}s"
+                              for k, r in e["sites"].items())
+            print(f"{op:>8}  +{e['per_extra_site']:5} per extra site  {sites}")
     return 0
 
 

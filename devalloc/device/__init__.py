@@ -9,7 +9,8 @@ and the porting API (:mod:`.porting`: ``view``, ``array``, ``free_array``,
 (classify, group, serve, account), :mod:`.slab` (blocks up to 8 KiB),
 :mod:`.pages` (whole pages), :mod:`.bump`, :mod:`.scope`, :mod:`.warp`
 (aggregation), :mod:`.debug` (guards and records), :mod:`.observe`
-(profile and trace), :mod:`._meta` (helpers every path uses, and the rules
+(profile and trace), :mod:`.outline` (one out-of-line copy of a body per
+kernel, opt-in), :mod:`._meta` (helpers every path uses, and the rules
 every device function follows). The host side imports none
 of this; the shared formats are in :mod:`devalloc.layout`.
 """
@@ -20,7 +21,7 @@ from .porting import (alloc_aligned, array, calloc, carve, carve_end, free_array
 
 #: The modules of the device package, for the interleaving explorer.
 MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "api", "bumpalloc",
-           "scope", "observe", "intrinsics", "porting", "gather")
+           "scope", "observe", "intrinsics", "porting", "gather", "outline")
 
 __all__ = ["alloc", "alloc_aligned", "array", "bump", "calloc", "carve", "carve_end", "free",
            "free_array", "mark", "realloc", "release", "scoped", "usable_size", "view"]

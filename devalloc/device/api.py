@@ -129,13 +129,13 @@ if not config.ENABLE_CUDASIM:
 
     @overload(alloc, target="cuda")
     def _alloc(ctx, nbytes):
-        return (lambda ctx, nbytes: core.alloc(ctx, nbytes),
+        return (lambda ctx, nbytes: core.alloc_site(ctx, nbytes),
                 lambda ctx, nbytes: debug.alloc(ctx, nbytes),
                 lambda ctx, nbytes: observe.alloc(ctx, nbytes))[_kind_of_type(ctx)]
 
     @overload(free, target="cuda")
     def _free(ctx, off):
-        return (lambda ctx, off: core.free(ctx, off),
+        return (lambda ctx, off: core.free_site(ctx, off),
                 lambda ctx, off: debug.free(ctx, off),
                 lambda ctx, off: observe.free(ctx, off))[_kind_of_type(ctx)]
 

@@ -16,6 +16,7 @@ from .. import layout as L
 from . import warp
 from ._meta import (_acquire_cas, _count, _load, _npages, _opaque, _pcount, _prof_of,
                     _release_cas)
+from .outline import outline
 from .pages import _alloc_pages, _free_pages
 
 
@@ -77,6 +78,12 @@ def _claim(meta, npages, total, cnt, prof):
         w = old
 
 
+#: The out-of-line copies (devalloc.device.outline; the functions themselves
+#: unless it is enabled): the claim, run by one lane of a group.
+_claim_out = outline(_claim)
+_alloc_pages_out = outline(_alloc_pages)
+
+
 @cuda.jit(device=True)
 def bump(ctx, nbytes):
     """Allocate ``nbytes`` bytes that live until ``reset``; return the offset.
@@ -101,7 +108,8 @@ def bump(ctx, nbytes):
         size = L.align_up(n)
         chunk_bytes = L.bump_chunk_pages(npages) << L.PAGE_SHIFT
         if size * 2 > chunk_bytes:
-            q = _alloc_pages(meta, _opaque(npages), L.pages_for(size), L.TAG_BUMP, _prof_of(ctx))
+            q = _alloc_pages_out(meta, _opaque(npages), L.pages_for(size), L.TAG_BUMP,
+                                 _prof_of(ctx))
             if q >= 0:
                 cuda.atomic.add(meta, L.H_BUMP_DONE, 1)  # H_BUMP_DONE: add
                 off = q << L.PAGE_SHIFT
@@ -112,14 +120,14 @@ def bump(ctx, nbytes):
             if size * lanes <= chunk_bytes:
                 base = int64(L.NULL)
                 if rank == 0:
-                    base = _claim(meta, npages, size * lanes, lanes, _prof_of(ctx))
+                    base = _claim_out(meta, npages, size * lanes, lanes, _prof_of(ctx))
                 if lanes > 1:  # a lane alone has nobody to tell
                     base = warp.share(mask, leader, base)
                     warp.sync(mask)  # the leader's acquire before each lane's accesses
                 if base != L.NULL:
                     off = base + rank * size
             else:
-                off = _claim(meta, npages, size, 1, _prof_of(ctx))
+                off = _claim_out(meta, npages, size, 1, _prof_of(ctx))
     if off == L.NULL:
         _count(meta, L.S_FAILED)
     return off

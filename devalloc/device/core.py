@@ -17,6 +17,7 @@ from numba import cuda, int64
 from .. import layout as L
 from . import warp
 from ._meta import _at, _count, _lo32, _load, _npages, _prof_of
+from .outline import outline
 from .pages import _alloc_large, _free_large
 from .slab import _alloc_small, _free_small, _size_class
 
@@ -116,3 +117,11 @@ def free(ctx, off):
     if not ok:
         _count(meta, L.S_INVALID)
     return ok
+
+
+#: What the public dispatchers call (:mod:`devalloc.device.api`; the debug and
+#: observed paths too): ``alloc`` and ``free`` themselves, or, with
+#: :mod:`devalloc.device.outline` enabled, one out-of-line copy of each per
+#: kernel that every call site calls.
+alloc_site = outline(alloc)
+free_site = outline(free)

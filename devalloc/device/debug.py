@@ -70,7 +70,7 @@ def alloc_inner(ctx, nbytes, inner):
     ``ctx.sizes``; NULL as :func:`devalloc.device.core.alloc`.
     """
     n = int64(nbytes)
-    off = core.alloc(ctx, inner)
+    off = core.alloc_site(ctx, inner)
     if off != L.NULL:
         arena = ctx.arena
         for j in range(L.GUARD):
@@ -119,7 +119,7 @@ def free(ctx, off):
     """
     o = int64(off)
     if o == L.NULL:
-        return core.free(ctx, o)  # nothing to free, but the lane joins its group
+        return core.free_site(ctx, o)  # nothing to free, but the lane joins its group
     arena = ctx.arena
     npages = arena.shape[0] >> L.PAGE_SHIFT
     size = _block_size(ctx.meta, npages, o)
@@ -130,7 +130,7 @@ def free(ctx, off):
             _record(ctx.debug, L.KIND_GUARD, o)
         for j in range(size):
             arena[o + j] = L.POISON_BYTE
-    return core.free(ctx, o)
+    return core.free_site(ctx, o)
 
 
 @cuda.jit(device=True)

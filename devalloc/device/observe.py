@@ -79,7 +79,7 @@ def chunk_alloc(ctx, nbytes):
     """``alloc`` without a record: scoped scratch's chunks (their scoped calls are recorded)."""
     if ctx.debug.shape[0] > 0:
         return debug.alloc(ctx, nbytes)
-    return core.alloc(ctx, nbytes)
+    return core.alloc_site(ctx, nbytes)
 
 
 @cuda.jit(device=True)
@@ -87,7 +87,7 @@ def chunk_free(ctx, off):
     """``free`` without a record; 1 if it freed a block (or ``off`` is NULL), else 0."""
     if ctx.debug.shape[0] > 0:
         return debug.free(ctx, off)
-    return core.free(ctx, off)
+    return core.free_site(ctx, off)
 
 
 @cuda.jit(device=True)

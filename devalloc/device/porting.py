@@ -254,7 +254,7 @@ def calloc(ctx, count, itemsize):
 
 @cuda.jit(device=True)
 def _aligned_normal(ctx, nbytes, align):
-    return core.alloc(ctx, B.aligned_request(int64(nbytes), int64(align)))
+    return core.alloc_site(ctx, B.aligned_request(int64(nbytes), int64(align)))
 
 
 @cuda.jit(device=True)

@@ -20,6 +20,7 @@ from numba import cuda, int64
 from .. import layout as L
 from . import api
 from ._meta import _count, _npages, _pcount, _prof_of, _stripe
+from .outline import outline
 
 #: Chains longer than this are not followed (a release through one is misuse).
 MAX_CHAIN = 64
@@ -164,6 +165,12 @@ def _first(arena, c):
     return c
 
 
+#: The out-of-line copies (devalloc.device.outline; the functions themselves
+#: unless it is enabled): a new chunk, and freeing a chain of them.
+_new_chunk_out = outline(_new_chunk)
+_free_from_out = outline(_free_from)
+
+
 @cuda.jit(device=True)
 def scoped(ctx, s, nbytes):
     """Allocate ``nbytes`` in the innermost open scope; return ``(offset, state)``.
@@ -211,9 +218,9 @@ def scoped(ctx, s, nbytes):
             if L.SCOPE_HEADER + size <= _word(arena, spare + L.CHUNK_SIZE):
                 api.scratch_check(ctx, spare + L.SCOPE_HEADER, size)
                 return spare + L.SCOPE_HEADER, L.pack_scope(spare, L.SCOPE_HEADER + size, depth)
-            _free_from(ctx, spare)  # too small: replaced by a larger one
+            _free_from_out(ctx, spare)  # too small: replaced by a larger one
             _set_word(arena, chunk + L.CHUNK_NEXT, 0)
-    new = _new_chunk(ctx, chunk, size, have)
+    new = _new_chunk_out(ctx, chunk, size, have)
     if new == L.NULL:
         return new, s  # alloc counted the failure
     return new + L.SCOPE_HEADER, L.pack_scope(new, L.SCOPE_HEADER + size, depth)
@@ -257,7 +264,7 @@ def release(ctx, s, m):
         return s
     if depth == 1:
         if chunk >= 0:
-            _free_from(ctx, _first(arena, chunk))
+            _free_from_out(ctx, _first(arena, chunk))
         return int64(L.SCOPE_NONE)
     if chunk >= 0:
         _poison_since(ctx, chunk, mchunk, L.scope_cursor(m))

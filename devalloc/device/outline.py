@@ -1,0 +1,147 @@
+"""Out-of-line device functions: one copy per kernel, a call at each site.
+
+``outline(f)`` (``f`` a ``@cuda.jit(device=True)`` function) returns a device
+callable with ``f``'s arguments and result whose body is not inlined where
+it is called: the device function holding the call emits, into its LLVM
+module, one ``noinline`` function ``devalloc_<module>_<name>_<types>`` whose
+body is ``f`` compiled by Numba (Numba links device functions
+``linkonce_odr``: a kernel keeps one copy), and every call site in the
+kernel calls it. NVVM inlines ``f``
+into that wrapper, so Numba's calling convention (the result written
+through a pointer to the caller's stack) stays inside it, where NVVM
+promotes the slot to a register; the wrapper itself takes its arguments and
+returns its result as LLVM values (PTX ``.param``, registers in SASS), with
+no stack frame. docs/outline.md has the measurements behind it.
+
+Who may call: the device paths (``core.alloc_site``/``free_site``, bump's
+claim, scoped's new chunk). What the call adds to a walked path is not
+measured yet (docs/outline.md). Warp intrinsics inside ``f`` keep their
+meaning: the lanes that enter the call together are the lanes active at the
+call site, and a lane that does not call is not waited for.
+
+On the simulator ``outline(f)`` is ``f`` itself.
+"""
+
+import os
+
+from numba import config
+
+#: ``DEVALLOC_OUTLINE=1`` in the environment when devalloc is imported:
+#: ``alloc`` and ``free`` call their bodies out of line (one copy per
+#: kernel). Off by default: docs/outline.md says what it costs.
+ENABLED = os.environ.get("DEVALLOC_OUTLINE", "0") not in ("", "0")
+
+if config.ENABLE_CUDASIM or not ENABLED:
+
+    def outline(f):
+        """``f`` itself: on the simulator (no code size to save), or when
+        :data:`ENABLED` is off (NVVM inlines ``f`` at every call site)."""
+        return f
+
+else:
+    import re
+
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.core.errors import TypingError
+    from numba.cuda.extending import intrinsic
+
+    def _symbol(pyfunc, sig):
+        # A deterministic, valid symbol for (function, argument types).
+        where = pyfunc.__module__.rsplit(".", 1)[-1]
+        types_ = "_".join(re.sub(r"\W+", "", str(t)) for t in sig.args)
+        return f"devalloc_{where}_{pyfunc.__name__}_{types_}"
+
+    def _flatten(context, builder, ty, val):
+        # The scalars that carry value val of type ty across the call: an
+        # array's data pointer, shape and strides (not its meminfo and
+        # parent, unused on a device); a tuple's members'; nothing for None.
+        if isinstance(ty, types.Array):
+            a = context.make_array(ty)(context, builder, val)
+            return ([a.data] + cgutils.unpack_tuple(builder, a.shape, ty.ndim)
+                    + cgutils.unpack_tuple(builder, a.strides, ty.ndim))
+        if isinstance(ty, types.BaseTuple):
+            return [v for i, t in enumerate(ty)
+                    for v in _flatten(context, builder, t, builder.extract_value(val, i))]
+        if isinstance(ty, (types.NoneType, types.Omitted)):
+            return []
+        return [val]
+
+    def _rebuild(context, builder, ty, vals):
+        # The inverse of _flatten, taking from the iterator vals.
+        if isinstance(ty, types.Array):
+            a = context.make_array(ty)(context, builder)
+            data = next(vals)
+            shape = [next(vals) for _ in range(ty.ndim)]
+            strides = [next(vals) for _ in range(ty.ndim)]
+            context.populate_array(
+                a, data=data, shape=cgutils.pack_array(builder, shape),
+                strides=cgutils.pack_array(builder, strides),
+                itemsize=context.get_constant(types.intp, context.get_abi_sizeof(
+                    context.get_data_type(ty.dtype))),
+                meminfo=None)
+            return a._getvalue()
+        if isinstance(ty, types.BaseTuple):
+            return context.make_tuple(builder, ty, [_rebuild(context, builder, t, vals)
+                                                    for t in ty])
+        if isinstance(ty, (types.NoneType, types.Omitted)):
+            return context.get_dummy_value()
+        return next(vals)
+
+    def _flags(f):
+        # The flags a device function gets from @cuda.jit (numba.cuda.compiler):
+        # NumPy's error model (no exception paths: the default "python" one
+        # adds them) and f's line info (devalloc.paths walks by it).
+        try:
+            from numba.cuda.flags import CUDAFlags as Flags
+        except ImportError:  # numba-cuda releases that use numba's own flags
+            from numba.core.compiler import Flags
+
+        flags = Flags()
+        flags.error_model = "numpy"
+        if f.targetoptions.get("lineinfo"):
+            flags.debuginfo = True
+            flags.dbg_directives_only = True
+        return flags
+
+    def outline(f):
+        """Return a callable that calls device function ``f`` out of line."""
+        pyfunc = f.py_func
+        name = pyfunc.__name__
+
+        def codegen(context, builder, sig, args):
+            mod = builder.module
+            flat = [v for t, a in zip(sig.args, args) for v in _flatten(context, builder, t, a)]
+            fnty = ir.FunctionType(context.get_value_type(sig.return_type),
+                                   [v.type for v in flat])
+            fn = cgutils.get_or_insert_function(mod, fnty, _symbol(pyfunc, sig))
+            if fn.is_declaration:
+                # (Numba links device functions as linkonce_odr: one copy
+                # per kernel, whichever module emitted it.)
+                fn.attributes.add("noinline")
+                body = ir.IRBuilder(fn.append_basic_block("entry"))
+                vals = iter(fn.args)
+                inner = [_rebuild(context, body, t, vals) for t in sig.args]
+                # Numba's cache of subroutines does not key the flags: a
+                # compilation with line info (devalloc.paths) is not cached.
+                flags = _flags(f)
+                cres = context.compile_subroutine(body, pyfunc, sig, flags=flags,
+                                                  caching=not flags.debuginfo)
+                # Device code raises no exceptions: the status is always OK.
+                _, res = context.call_internal_no_propagate(body, cres.fndesc, sig, inner)
+                body.ret(res)
+            return builder.call(fn, flat)
+
+        def resolve(typingctx, args):
+            fnty = typingctx.resolve_value_type(f)
+            sig = typingctx.resolve_function_type(fnty, args, {})
+            if sig is None:
+                raise TypingError(f"outline({name}): no signature for {args}")
+            return sig, codegen
+
+        # Numba's intrinsics take named parameters (no *args): f's own.
+        params = ", ".join(pyfunc.__code__.co_varnames[:pyfunc.__code__.co_argcount])
+        scope = {"resolve": resolve}
+        exec(f"def outline_{name}(typingctx, {params}):\n"
+             f"    return resolve(typingctx, ({params},))\n", scope)
+        return intrinsic(scope[f"outline_{name}"])
