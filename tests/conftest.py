@@ -116,6 +116,25 @@ def fine_interleaving():
     sys.setswitchinterval(old)
 
 
+@pytest.fixture
+def quick_switching():
+    """Switch simulator threads every 0.1 ms, for kernels whose result no interleaving changes.
+
+    The simulator's block manager polls its threads in a busy loop while
+    they wait at ``syncthreads``; with the default 5 ms switch interval each
+    hand-over of the GIL from it to a thread waits out the interval, so a
+    128-thread block with a dozen barriers crawls (bench/RESULTS.md, "Test
+    tiers: where the full tier's time went"). Only for kernels that are
+    race-free by construction (every shared read and write separated by a
+    ``syncthreads``), whose every interleaving gives the same result: it
+    changes how long they take, not what they compute.
+    """
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    yield
+    sys.setswitchinterval(old)
+
+
 def pytest_terminal_summary(terminalreporter, config):
     rows = list(COMPILE_REPORT)
     folder = getattr(config, "_devalloc_session", None)
