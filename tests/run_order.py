@@ -15,6 +15,8 @@ and orders, the same tests the same way) so that
 * the tests that use one module-scoped fixture (a compile in a
   subprocess, a venv, a cluster) stay together, so that the fixture is set
   up once rather than once per stretch;
+* tests that compile some of a fixture's kernels again follow that
+  fixture's tests (:data:`AFTER_FIXTURE`: the session's PTX cache serves them);
 * tests marked ``after_all`` (they read what the others computed) come last.
 
 The figures are seconds measured with ``--durations`` on the project's
@@ -110,14 +112,26 @@ FIXTURE_SECONDS = {
     ("tests/test_distributed.py", "client"): 3,  # a local Dask cluster
 }
 
+#: Tests that compile some of a fixture's kernels again ((module, fixture)):
+#: run after the fixture's tests, on the same worker, they read the kernels
+#: from the session's PTX cache ($DEVALLOC_PTX_CACHE) instead of compiling
+#: them at the same time on the other worker.
+AFTER_FIXTURE = {
+    "tests/test_compile.py::test_alloc_and_free_compile_for_sm90_within_budget":
+        ("tests/test_compile.py", "probe_result"),
+    "tests/test_porting_compile.py::test_array_and_usable_size_compile_for_sm90_within_budget":
+        ("tests/test_porting_compile.py", "figures"),
+}
+
 #: Pieces of work at least this long are spread over the workers first.
 LONG = 5.0
 #: Seconds assumed for a test not in SECONDS.
 DEFAULT = 0.3
 
 #: One collected test: its node id, its seconds, the key of the module-scoped
-#: fixture it shares with others ("" if none), whether it must come last.
-Entry = namedtuple("Entry", "nodeid seconds group last")
+#: fixture it shares with others ("" if none), whether it must come last, and
+#: whether it comes after the tests that use its group's fixture.
+Entry = namedtuple("Entry", "nodeid seconds group last after", defaults=(False,))
 
 
 def first_shares(n, workers):
@@ -142,6 +156,8 @@ def plan(entries, workers, fixture_seconds=None):
     for i, e in enumerate(entries):
         if not e.last:
             pieces.setdefault(e.group or "test:" + e.nodeid, []).append(i)
+    for idx in pieces.values():
+        idx.sort(key=lambda i: entries[i].after)  # stable: collection order otherwise
     seconds = {k: sum(entries[i].seconds for i in idx) + fixture_seconds.get(k, 0)
                for k, idx in pieces.items()}
     long_ = sorted((k for k in pieces if seconds[k] >= LONG), key=lambda k: (-seconds[k], k))
@@ -173,7 +189,11 @@ def _group(item):
 
 def order(items, workers):
     """Reorder pytest ``items`` in place for ``workers`` workers (see :func:`plan`)."""
-    entries = [Entry(item.nodeid, SECONDS.get(item.nodeid, DEFAULT), _group(item),
-                     item.get_closest_marker("after_all") is not None) for item in items]
+    entries = []
+    for item in items:
+        after = AFTER_FIXTURE.get(item.nodeid)
+        entries.append(Entry(item.nodeid, SECONDS.get(item.nodeid, DEFAULT),
+                             "::".join(after) if after else _group(item),
+                             item.get_closest_marker("after_all") is not None, bool(after)))
     fixtures = {f"{module}::{name}": s for (module, name), s in FIXTURE_SECONDS.items()}
     items[:] = [items[i] for i in plan(entries, max(1, workers), fixtures)]

@@ -162,5 +162,16 @@ def test_the_orders_figures_name_tests_and_fixtures_that_exist(tiers):
     fast, full = tiers
     stale = sorted(set(run_order.SECONDS) - set(full))
     assert stale == [], f"tests/run_order.py names tests that are gone: {stale}"
-    for module, fixture in run_order.FIXTURE_SECONDS:
+    stale = sorted(set(run_order.AFTER_FIXTURE) - set(full))
+    assert stale == [], f"tests/run_order.py names tests that are gone: {stale}"
+    for module, fixture in [*run_order.FIXTURE_SECONDS, *run_order.AFTER_FIXTURE.values()]:
         assert f"def {fixture}(" in (ROOT / module).read_text(), (module, fixture)
+
+
+def test_a_test_that_compiles_a_fixtures_kernels_again_follows_the_fixtures_tests():
+    E = run_order.Entry
+    entries = [E("c.py::again", 10, "c.py::fx", False, True),
+               *(E(f"c.py::uses{i}", 1, "c.py::fx", False) for i in range(2)),
+               E("m.py::short", 0.1, "", False)]
+    names = [entries[i].nodeid for i in run_order.plan(entries, 2, {"c.py::fx": 50})]
+    assert names == ["c.py::uses0", "c.py::uses1", "c.py::again", "m.py::short"]
