@@ -65,8 +65,23 @@ def barrier_option(n, rng, chunk=1 << 18):
         points = np.where(first < bo.NSTEPS, 1 + bo.NSTEPS - first, 0)
         keep = ~dead & (x[:, -1] > bo.LOG_STRIKE)
         kept[lo:lo + m] = np.where(keep, points, 0)
-    chunks = -(-kept // bo.CHUNK_POINTS)
-    return Sample(need=8 * kept, block=np.full(n, bo.CHUNK_BYTES), blocks=chunks, all_live=True)
+    return barrier_chunks(kept)
+
+
+def barrier_chunks(kept, words=bo.CHUNK_WORDS):
+    """Return the Sample of paths keeping ``kept`` points in chains of ``words``-word chunks.
+
+    A chunk is one link word and ``words - 1`` points (the kernel's layout);
+    ``words`` 0 asks what one block of exactly the kept points per path
+    would hold instead (a what-if: the kernel knows the count when a path
+    first comes near the barrier).
+    """
+    if words == 0:
+        return Sample(need=8 * kept, block=8 * kept, blocks=(kept > 0).astype(np.int64),
+                      all_live=True)
+    chunks = -(-kept // (words - 1))
+    return Sample(need=8 * kept, block=np.full(kept.size, 8 * words), blocks=chunks,
+                  all_live=True)
 
 
 def _history_depth(rand):
@@ -109,8 +124,19 @@ def particle_transport(n, rng):
     r = random.Random(int(rng.integers(1 << 62)))
     base = np.array([_history_depth(r.random) for _ in range(min(n, PT_HISTORIES))], np.int64)
     depth = base if n <= base.size else rng.choice(base, n)
-    cap = np.where(depth > 0, pt.STACK0, 0)
-    while (grow := (cap > 0) & (cap < depth)).any():
+    return transport_stacks(depth)
+
+
+def transport_stacks(depth, stack0=pt.STACK0):
+    """Return the Sample of histories whose deepest stacks are ``depth`` entries.
+
+    The stack starts at ``stack0`` entries on the first split and doubles
+    when full, up to MAX_STACK (the kernel's growth; deeper histories lose
+    their secondaries beyond it, as in the kernel).
+    """
+    cap = np.where(depth > 0, stack0, 0)
+    want = np.minimum(depth, pt.MAX_STACK)  # deeper: the kernel drops secondaries
+    while (grow := (cap > 0) & (cap < want)).any():
         cap = np.where(grow, np.minimum(2 * cap, pt.MAX_STACK), cap)
     return Sample(need=depth * pt.ENTRY_BYTES, block=cap * pt.ENTRY_BYTES,
                   blocks=(depth > 0).astype(np.int64), all_live=False)

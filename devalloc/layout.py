@@ -769,7 +769,23 @@ def prof_word(stripe, counter):
 # arithmetic over the size classes, for sizing and for bench/sweep.py.
 
 
-def histogram_pages(hist, spread=1, page=PAGE):
+def class_round(nbytes, sub_bits=SUB_BITS):
+    """Return ``nbytes`` (1 <= nbytes <= MAX_SMALL) rounded up to its size class.
+
+    With the default ``sub_bits`` that is ``class_size(size_class(nbytes))``.
+    Another ``sub_bits`` (0 to 4) asks what a class table split into
+    ``2**sub_bits`` classes per power of two above LINEAR_MAX would give
+    (a what-if for bench/sweep.py: the device's table is SUB_BITS's); at
+    and below LINEAR_MAX the classes are multiples of ALIGN either way.
+    """
+    if nbytes <= LINEAR_MAX:
+        return align_up(nbytes)
+    e = floor_log2(nbytes - 1)
+    step = 1 << max(e - sub_bits, ALIGN_SHIFT)
+    return (nbytes + step - 1) & ~(step - 1)
+
+
+def histogram_pages(hist, spread=1, page=PAGE, sub_bits=SUB_BITS):
     """Return the pages a heap holds while the blocks of ``hist`` are live at once.
 
     ``hist`` maps a request size in bytes (1 or more) to the number of live
@@ -780,17 +796,21 @@ def histogram_pages(hist, spread=1, page=PAGE):
     may hold when its blocks are spread over up to ``spread`` slabs side by
     side (a GPU under contention: ``Heap(spread=)``): ``spread - 1`` more
     partly filled slabs, never more slabs than blocks. A larger block takes
-    whole pages. ``page`` (a power of two from 1 KiB, default PAGE) asks
-    what pages of another size would hold (a what-if: the heap's page is
-    PAGE); a class larger than such a page takes whole pages per block.
+    whole pages. Two what-ifs (the heap's own are the defaults): ``page``
+    (a power of two from 1 KiB) asks what pages of another size would
+    hold, a class larger than such a page taking whole pages per block;
+    ``sub_bits`` (0 to 4) another split of the classes (:func:`class_round`).
     Raises ValueError for a size below 1, a negative count, a spread below
-    1 or a page that is not a power of two from 1 KiB to 1 MiB.
+    1, a page that is not a power of two from 1 KiB to 1 MiB or a
+    ``sub_bits`` outside 0 to 4.
     """
     if spread < 1:
         raise ValueError(f"spread must be at least 1, got {spread}")
     if page & (page - 1) or not 1024 <= page <= 1 << 20:
         raise ValueError(f"page must be a power of two from 1024 to 2**20, got {page}")
-    per_class = {}
+    if sub_bits not in range(5):
+        raise ValueError(f"sub_bits must be 0, 1, 2, 3 or 4, got {sub_bits}")
+    per_class = {}  # class size -> live blocks
     pages = 0
     for nbytes, n in hist.items():
         nbytes, n = int(nbytes), int(n)
@@ -798,19 +818,19 @@ def histogram_pages(hist, spread=1, page=PAGE):
             raise ValueError(f"a histogram maps sizes >= 1 to counts >= 0, got {nbytes}: {n}")
         if n == 0:
             continue
-        if nbytes > MAX_SMALL or class_size(size_class(nbytes)) > page:
+        if nbytes > MAX_SMALL or class_round(nbytes, sub_bits) > page:
             pages += n * (-(-nbytes // page))
             continue
-        c = size_class(nbytes)
-        per_class[c] = per_class.get(c, 0) + n
-    for c, n in per_class.items():
-        pages += min(n, -(-n // (page // class_size(c))) + spread - 1)
+        size = class_round(nbytes, sub_bits)
+        per_class[size] = per_class.get(size, 0) + n
+    for size, n in per_class.items():
+        pages += min(n, -(-n // (page // size)) + spread - 1)
     return pages
 
 
-def histogram_bytes(hist, spread=1, page=PAGE):
+def histogram_bytes(hist, spread=1, page=PAGE, sub_bits=SUB_BITS):
     """Return :func:`histogram_pages` in bytes: a heap's peak for that set of live blocks."""
-    return histogram_pages(hist, spread, page) * page
+    return histogram_pages(hist, spread, page, sub_bits) * page
 
 
 # ============================================================ ties

@@ -36,9 +36,10 @@ The second pass needs the path, but only some of it, for only some paths:
   array cannot outlive it.
 
 Memory: the worst case is (NSTEPS + 1) float64 per path, 264 B; the heap
-holds about 27 % of the paths' chains of 128 B chunks between the passes.
+holds about 27 % of the paths' chains of 64 B chunks between the passes.
 Measured on the simulator (seed 1): peak 16,384 B vs 67,584 B at 256
-threads; 163,840 B vs 792,000 B at 3,000 threads (seed 5).
+threads; 147,456 B vs 792,000 B at 3,000 threads (seed 5; 163,840 B with
+the 128 B chunks before issue 30).
 
 All draw the same numbers from the same per-thread xoroshiro128+ stream, so
 their payoffs are identical. If the heap cannot serve a chunk (``alloc``
@@ -87,7 +88,10 @@ BAND_LOG = BAND * VOL
 DISCOUNT = math.exp(-RATE * MATURITY)
 
 #: A chunk: one int64 link (offset of the next chunk, or NULL), then points.
-CHUNK_WORDS = 16
+#: 64 B: the link and the last chunk's unused points cost 1.34x the kept
+#: points' bytes from 64K threads up, against 1.49x with 128 B chunks
+#: (issue 30, bench/sweep.py), in one size class still.
+CHUNK_WORDS = 8
 CHUNK_BYTES = 8 * CHUNK_WORDS
 CHUNK_POINTS = CHUNK_WORDS - 1
 

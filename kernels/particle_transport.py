@@ -13,8 +13,8 @@ The answer is the number transmitted and reflected per source particle,
 with standard errors over the histories.
 
 Two thirds of the histories never split, so they need no stack at all;
-most of the others need two or four entries; about 3 in 10,000 need more
-than eight. A worst-case buffer must hold the deepest history of any run,
+two thirds of the others never hold more than one entry at a time, and
+about 3 in 10,000 need more than eight. A worst-case buffer must hold the deepest history of any run,
 with a margin: MAX_STACK = 256 entries (4 KiB) per thread.
 
 * ``transport_heap``: the stack comes from ``devalloc.realloc`` on the
@@ -69,8 +69,10 @@ P_ABSORB = 0.3
 P_SCATTER = 0.5
 #: Stack entries: (x, mu) as two float64.
 ENTRY_BYTES = 16
-#: First stack, allocated on the first split; doubled when full.
-STACK0 = 2
+#: First stack, allocated on the first split; doubled when full. One entry:
+#: most histories that split never hold more (a first stack of two held
+#: 1.56x the exact bytes from 64K threads up, one 1.16x: issue 30, bench/sweep.py).
+STACK0 = 1
 #: Largest stack, the depth the worst-case version preallocates per thread.
 MAX_STACK = 256
 #: float64 slots of a MAX_STACK stack (a compile-time constant for a local array).

@@ -35,6 +35,51 @@ def test_internal_fragmentation_at_most_25_percent_above_128():
         assert L.class_size(L.size_class(n)) <= math.ceil(n * 1.25 / 16) * 16
 
 
+def test_class_round_is_the_class_size_with_the_heaps_table():
+    for n in range(1, L.MAX_SMALL + 1):
+        assert L.class_round(n) == L.class_size(L.size_class(n)), n
+
+
+def test_class_round_other_splits_exact():
+    # sub_bits = 0: powers of two above 128 B; 1: two classes a power; 3: eight.
+    r0 = [L.class_round(n, 0) for n in (1, 17, 128, 129, 257, 4097)]
+    assert r0 == [16, 32, 128, 256, 512, 8192]
+    r1 = [L.class_round(n, 1) for n in (129, 192, 193, 4097, 6145)]
+    assert r1 == [192, 192, 256, 6144, 8192]
+    r3 = [L.class_round(n, 3) for n in (129, 144, 145, 257, 4097)]
+    assert r3 == [144, 144, 160, 288, 4608]
+    assert [L.class_round(n, 4) for n in (129, 145, 257, 4097)] == [144, 160, 272, 4352]
+    for k in range(5):  # aligned, fits, and never more than 2**-k above (or 16 B) past 128 B
+        for n in range(1, L.MAX_SMALL + 1):
+            r = L.class_round(n, k)
+            assert r >= n and r % L.ALIGN == 0 and r <= L.MAX_SMALL
+            assert r - n < max(L.ALIGN, (n - 1) >> k) or n <= L.LINEAR_MAX
+
+
+def test_histogram_pages_what_ifs_exact():
+    # The heap's own page and classes are the defaults.
+    h = {100: 3, 200: 5, 3000: 1, 20_000: 2}
+    # 16 KiB pages: classes 112, 224 and 3,072 B a slab each; 20,000 B takes 2 pages each.
+    assert L.histogram_pages(h) == 3 + 2 * 2
+    assert L.histogram_pages(h, page=L.PAGE, sub_bits=L.SUB_BITS) == 3 + 2 * 2
+    # 1 KiB pages: 112 B blocks (9 a page) 1, 224 B (4 a page) 2, 3,000 B 3 pages,
+    # 20,000 B 20 each.
+    assert L.histogram_pages(h, page=1024) == 1 + 2 + 3 + 2 * 20
+    assert L.histogram_bytes(h, page=1024) == 46 * 1024
+    # Other splits above 128 B: 1 class a power of two, 4 (the heap's), 2.
+    assert L.histogram_pages({129: 1, 200: 1, 250: 1}, sub_bits=0) == 1  # one 256 B class
+    assert L.histogram_pages({129: 1, 200: 1, 250: 1}) == 3  # 160, 224, 256: three
+    assert L.histogram_pages({129: 1, 200: 1, 250: 1}, sub_bits=1) == 2  # 192, 256
+    # Blocks in one class fill its slabs: 16 KiB / 144 B = 113 a slab with sub_bits 3.
+    assert L.histogram_pages({140: 113}, sub_bits=3) == 1
+    assert L.histogram_pages({140: 114}, sub_bits=3) == 2
+    for bad in (-1, 5):
+        with pytest.raises(ValueError, match="sub_bits"):
+            L.histogram_pages(h, sub_bits=bad)
+    with pytest.raises(ValueError, match="page"):
+        L.histogram_pages(h, page=3000)
+
+
 def test_every_class_is_aligned_and_fits_a_page():
     for c in range(L.NCLASSES):
         assert L.class_size(c) % L.ALIGN == 0

@@ -234,6 +234,57 @@ def _sweep():
     return sweep
 
 
+def test_the_sweeps_example_designs_exact():
+    sweep = _sweep()
+    import _size_models as M
+
+    s = M.transport_stacks(np.array([0, 1, 2, 3, 5, 300]), stack0=1)
+    assert s.block.tolist() == [0, 16, 32, 64, 128, 256 * pt.ENTRY_BYTES]  # doubled, capped
+    assert s.blocks.tolist() == [0, 1, 1, 1, 1, 1] and s.need.tolist() == [0, 16, 32, 48, 80, 4800]
+    assert M.transport_stacks(np.array([1, 3]), stack0=2).block.tolist() == [32, 64]
+    s = M.barrier_chunks(np.array([0, 7, 8, 15]), words=8)  # a link word and 7 points
+    assert s.blocks.tolist() == [0, 1, 2, 3] and set(s.block.tolist()) == {64}
+    s = M.barrier_chunks(np.array([0, 7, 8, 15]), words=0)  # one exact block per path
+    assert s.blocks.tolist() == [0, 1, 1, 1] and s.block.tolist() == [0, 56, 64, 120]
+    assert M.barrier_chunks(np.array([15]), words=16).blocks.tolist() == [1]
+
+
+def test_the_sweeps_automatic_page_exact():
+    sweep = _sweep()
+    assert sweep.AUTO_PAGES == 256
+    assert [sweep.auto_page(c) for c in (0, 512 * 1024 - 1, 512 * 1024, 1 << 20, (4 << 20) - 1)] == [
+        1024, 1024, 2048, 4096, 8192]
+    assert sweep.auto_page(4 << 20) == sweep.auto_page(1 << 40) == 16384  # at most the heap's page
+
+
+def test_the_sweeps_levers(monkeypatch):
+    from devalloc import layout as L
+
+    sweep = _sweep()
+    monkeypatch.setattr(sweep, "THREADS", [256, 1024])
+    model, module = sweep.MODELS["barrier_option"]
+    s = model(1024, np.random.default_rng(1))
+    rows = sweep.rows_for("barrier_option", model, module, None, sample=s)
+    levers = dict(sweep.levers_for("barrier_option", module, s))
+    for r in rows:
+        n = r["threads"]
+        # The first lever is the heap as it is: the sweep's own packed / exact.
+        today = r["heap_packed"] / r["exact"]
+        assert levers["today: 16 KiB pages, 4 classes a power of two"][n] == today
+        pages = [levers[f"{k} KiB pages"][n] for k in (1, 2, 4, 8)] + [today]
+        assert levers["the best of those pages at each size"][n] == min(pages)
+        # Chunks are one size class: no class rounding between requested and held;
+        # the metadata is that of a heap of exactly the peak.
+        assert r["requested"] == r["live_blocks"] * bo.CHUNK_BYTES == r["in_blocks"]
+        assert r["meta"] == L.meta_bytes(r["heap_packed"] // L.PAGE)
+    auto = levers[sweep.AUTO]
+    best = levers["the best of those pages at each size"]
+    assert all(best[n] <= auto[n] for n in (256, 1024))  # a rule: never below the best page
+    # One exact block per path touches many classes: more pages at 256 threads than chunks.
+    exact_blocks = levers["one block of exactly the kept points"]
+    assert exact_blocks[256] > levers["today: 16 KiB pages, 4 classes a power of two"][256]
+
+
 def test_the_sweeps_histograms_and_crossovers(monkeypatch):
     sweep = _sweep()
     h = sweep.histogram(np.array([16, 16, 128, 0, 4000]), np.array([1, 2, 3, 5, 0]))
@@ -249,5 +300,5 @@ def test_the_sweeps_histograms_and_crossovers(monkeypatch):
         assert r["worst"] == bo.worst_case_bytes(r["threads"])
         assert r["heap_packed"] <= r["heap_spread"]
         assert r["exact"] < r["count_scan"] and r["classes"] == 1  # one chunk size
-        # Chains of 128 B chunks: the heap holds at least the chunks' bytes.
+        # Chains of CHUNK_BYTES chunks: the heap holds at least the chunks' bytes.
         assert r["heap_packed"] >= r["live_blocks"] * bo.CHUNK_BYTES
