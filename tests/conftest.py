@@ -24,6 +24,7 @@ if os.environ.get("DEVALLOC_TEST_GPU") != "1":
 
 import pytest  # noqa: E402
 
+import run_order  # noqa: E402  (tests/run_order.py: the order of the tests)
 from devalloc import _examples  # noqa: E402
 
 # The examples (kernels/) as devalloc.examples, from this checkout even when
@@ -116,6 +117,25 @@ def fine_interleaving():
     sys.setswitchinterval(old)
 
 
+@pytest.fixture
+def quick_switching():
+    """Switch simulator threads every 0.1 ms, for kernels whose result no interleaving changes.
+
+    The simulator's block manager polls its threads in a busy loop while
+    they wait at ``syncthreads``; with the default 5 ms switch interval each
+    hand-over of the GIL from it to a thread waits out the interval, so a
+    128-thread block with a dozen barriers crawls (bench/RESULTS.md, "Test
+    tiers: where the full tier's time went"). Only for kernels that are
+    race-free by construction (every shared read and write separated by a
+    ``syncthreads``), whose every interleaving gives the same result: it
+    changes how long they take, not what they compute.
+    """
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)
+    yield
+    sys.setswitchinterval(old)
+
+
 def pytest_terminal_summary(terminalreporter, config):
     rows = list(COMPILE_REPORT)
     folder = getattr(config, "_devalloc_session", None)
@@ -163,19 +183,18 @@ def _tier_applies(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if not _tier_applies(config):
-        # The modules with slow tests first (their order within a module
-        # kept): the longest work starts first, so the workers end together.
-        # Tests marked after_all read what others computed (session_cached):
-        # last, so that the others' work is spread over the workers first.
-        heavy = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
-        items.sort(key=lambda item: (item.get_closest_marker("after_all") is not None,
-                                     item.nodeid.split("::")[0] not in heavy))
-        return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    if _tier_applies(config):
+        slow = [item for item in items if item.get_closest_marker("slow")]
+        if slow:
+            config.hook.pytest_deselected(items=slow)
+            items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    # Then the order (tests/run_order.py): the known long work spread over the
+    # workers' first shares, longest first; the short tests after it (what a
+    # worker steals at the end is short); tests marked after_all (they read
+    # what others computed, session_cached) last. Every worker collects and
+    # orders the same tests the same way; -n 0 counts as one worker.
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    run_order.order(items, workers)
 
 
 def pytest_report_header(config):

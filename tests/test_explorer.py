@@ -298,6 +298,29 @@ def quiescent_state():
     return words, model, peak
 
 
+def test_a_word_written_outside_int64_is_caught_at_the_next_check():
+    # The explorer's metadata counts its words outside int64 at every write
+    # (check_safe skips its scan of every word while there are none).
+    sc = explorer.Scenario("one", 2, (explorer.ThreadSpec(0, 0, (("alloc", 64),)),))
+    with explorer.installed():
+        m = explorer.Machine(sc)
+        try:
+            for bad in (1 << 63, -(1 << 63) - 1):
+                m.reset()
+                m.check()
+                m.serial = True  # an access outside any logical thread
+                m.meta.access("store", L.H_ALLOC_FOLD, bad)
+                with pytest.raises(Fault, match=f"= {bad} overflows int64") as e:
+                    m.check()
+                assert e.value.invariant == "int64" and m.meta.outside == 1
+                m.meta.access("add", L.H_ALLOC_FOLD, -bad)  # back to 0
+                assert m.meta.outside == 0
+                m.check()
+                m.serial = False
+        finally:
+            m.close()
+
+
 @pytest.mark.parametrize("corrupt, invariant", [
     (lambda w: w.__setitem__(L.bits_base(2), 0b10), "freed <= cursor"),
     (lambda w: w.__setitem__(L.bits_base(2), 0b1), "live block pinned"),

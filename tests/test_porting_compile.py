@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import COMPILE_REPORT
+from conftest import COMPILE_REPORT, session_cached
 
 #: Registers measured on sm_90 (normal, debug, observed heap).
 MEASURED = {
@@ -31,13 +31,18 @@ MARGIN = 4
 KINDS = ("normal", "debug", "observed")
 
 
-@pytest.fixture(scope="module")
-def figures():
+def _porting_probes():
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     proc = subprocess.run([sys.executable, "-m", "devalloc.testing.porting_probes"],
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])["rows"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["rows"]
+
+
+@pytest.fixture(scope="module")
+def figures():
+    # Once for every xdist worker: a module's tests may run on several.
+    rows = session_cached("porting_figures", _porting_probes)
     COMPILE_REPORT.extend({**r, "kernel": f"{r['kernel']}[{r['heap']}]"} for r in rows)
     return {(r["kernel"].removeprefix("porting_"), r["heap"]): r for r in rows}
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import run_order
 from conftest import session_cached
 
 TESTS = Path(__file__).resolve().parent
@@ -111,3 +112,66 @@ def test_the_full_tier_is_every_test(tiers):
 def test_naming_a_slow_test_runs_it():
     slow = "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[reuse_race]"
     assert collect(slow) == [slow]
+
+
+# ------------------------------------------------- the order (tests/run_order.py)
+
+
+def test_the_order_spreads_long_work_first_and_keeps_every_test():
+    E = run_order.Entry
+    entries = ([E(f"m.py::short{i}", 0.1, "", False) for i in range(10)]
+               + [E("m.py::after", 0.1, "", True)]
+               + [E(f"c.py::uses_fixture{i}", 1.0, "c.py::fx", False) for i in range(3)]
+               + [E(f"m.py::long{s}", s, "", False) for s in (30, 20, 10, 6)])
+    for workers in (1, 2, 3):
+        got = run_order.plan(entries, workers, {"c.py::fx": 40})
+        assert sorted(got) == list(range(len(entries)))  # every test once
+        assert got == run_order.plan(entries, workers, {"c.py::fx": 40})  # the same every time
+        names = [entries[i].nodeid for i in got]
+        assert names[-1] == "m.py::after"
+        fixture = [k for k, n in enumerate(names) if n.startswith("c.py::")]
+        assert fixture == list(range(fixture[0], fixture[0] + 3))  # together, in their order
+        # What each worker gets first: its long pieces, longest first, then short tests.
+        at = 0
+        for share in run_order.first_shares(len(entries), workers):
+            first = names[at:at + share]
+            at += share
+            kinds = ["short" if n.startswith(("m.py::short", "m.py::after")) else "long"
+                     for n in first]
+            assert kinds == sorted(kinds), first  # "long" < "short": no long after a short
+    two = [entries[i].nodeid for i in run_order.plan(entries, 2, {"c.py::fx": 40})]
+    shares = run_order.first_shares(len(entries), 2)
+    # Longest processing time first: the fixture's tests (43 s) to the first
+    # worker, long30 to the second, long20 to the second (30 < 43), long10 to
+    # the first (50 > 43), long6 to the second (50 < 53).
+    assert shares == [9, 9]
+    assert two[:9] == [f"c.py::uses_fixture{i}" for i in range(3)] + ["m.py::long10"] + [
+        f"m.py::short{i}" for i in range(5)]
+    assert two[9:] == ["m.py::long30", "m.py::long20", "m.py::long6"] + [
+        f"m.py::short{i}" for i in range(5, 10)] + ["m.py::after"]
+
+
+def test_first_shares_are_what_pytest_xdist_worksteal_sends():
+    assert run_order.first_shares(838, 2) == [419, 419]
+    assert run_order.first_shares(727, 2) == [363, 364]
+    assert run_order.first_shares(10, 3) == [3, 3, 4]
+    assert sum(run_order.first_shares(111, 4)) == 111
+
+
+def test_the_orders_figures_name_tests_and_fixtures_that_exist(tiers):
+    fast, full = tiers
+    stale = sorted(set(run_order.SECONDS) - set(full))
+    assert stale == [], f"tests/run_order.py names tests that are gone: {stale}"
+    stale = sorted(set(run_order.AFTER_FIXTURE) - set(full))
+    assert stale == [], f"tests/run_order.py names tests that are gone: {stale}"
+    for module, fixture in [*run_order.FIXTURE_SECONDS, *run_order.AFTER_FIXTURE.values()]:
+        assert f"def {fixture}(" in (ROOT / module).read_text(), (module, fixture)
+
+
+def test_a_test_that_compiles_a_fixtures_kernels_again_follows_the_fixtures_tests():
+    E = run_order.Entry
+    entries = [E("c.py::again", 10, "c.py::fx", False, True),
+               *(E(f"c.py::uses{i}", 1, "c.py::fx", False) for i in range(2)),
+               E("m.py::short", 0.1, "", False)]
+    names = [entries[i].nodeid for i in run_order.plan(entries, 2, {"c.py::fx": 50})]
+    assert names == ["c.py::uses0", "c.py::uses1", "c.py::again", "m.py::short"]

@@ -16,11 +16,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from conftest import SESSION_ENV, session_cached
 from devalloc import __main__ as cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,8 +62,19 @@ def _run(cmd, cwd, timeout=120):
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """Return ``(python, folder)``: a venv with the wheel installed, and a folder to run in."""
-    tmp = tmp_path_factory.mktemp("packaging")
+    """Return ``(python, folder, wheel)``: a venv with the wheel installed, a folder to run in.
+
+    Made once per test session, whichever xdist worker asks first, in a
+    folder of the session's (tests/conftest.py): the others use it.
+    """
+    if not os.environ.get(SESSION_ENV):  # no session folder (run without tests/conftest.py's setup)
+        return _install(tmp_path_factory.mktemp("packaging"))
+    return session_cached("wheel_examples_installed", lambda: _install(Path(
+        tempfile.mkdtemp(prefix="packaging-", dir=os.environ[SESSION_ENV]))))
+
+
+def _install(tmp):
+    """Build the wheel from a copy of the checkout, install it in a venv under ``tmp``."""
     source = tmp / "source"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", "__pycache__", "build", "dist", "*.egg-info", ".pytest_cache",

@@ -59,8 +59,8 @@ from .. import layout as L
 from ..host import free_index_template
 from . import groups
 from .room import could_serve
-from .invariants import (Fault, Model, check_drained, check_quiescent, check_safe, pages_moved,
-                         word_name)
+from .invariants import (INT64_MAX, INT64_MIN, Fault, Model, check_drained, check_quiescent,
+                         check_safe, pages_moved, word_name)
 
 Dim3 = namedtuple("Dim3", "x y z")
 
@@ -350,6 +350,13 @@ class SharedMeta(WordArray):
         self.shape = (nwords,)
         self.pages_used_max = 0
         self.digest = (0, 0)  # Zobrist: XOR of _word_hash over the words (see rehash)
+        # How many words are outside int64, kept up to date at every write
+        # (see recount): check_safe skips its scan of every word while it is 0.
+        self.outside = 0
+
+    def recount(self):
+        """Recompute :attr:`outside` from every word (after writing ``words`` directly)."""
+        self.outside = sum(not INT64_MIN <= v <= INT64_MAX for v in self.words)
 
     def rehash(self):
         """Recompute :attr:`digest` from every word (after writing ``words`` directly)."""
@@ -381,6 +388,9 @@ class SharedMeta(WordArray):
         new = _apply(kind, old, a, b)
         if new != old:
             self.words[i] = new
+            if not INT64_MIN <= new <= INT64_MAX or not INT64_MIN <= old <= INT64_MAX:
+                self.outside += (not INT64_MIN <= new <= INT64_MAX) - (
+                    not INT64_MIN <= old <= INT64_MAX)
             # Keep the digest of the words up to date: O(1) per access.
             ha, hb = _word_hash(i, old) if old else (0, 0)
             na, nb = _word_hash(i, new) if new else (0, 0)
@@ -632,6 +642,7 @@ class Machine:
         self.drainer = LThread(-1, ThreadSpec(0, 0, ()), scenario.block_dim, self)
         self.meta = None
         self._digest0 = None
+        self._outside0 = None
         # NULL means full (room.py): watched where the model knows every
         # page's use (bump chunks and scoped chunks hold pages it does not).
         self.watch_nulls = not any(op[0] in ("bump", "scope")
@@ -841,8 +852,11 @@ class Machine:
         self.meta.words[at:at + L.tree_words(self.npages)] = free_index_template(self.npages).tolist()
         if self._digest0 is None:  # every run starts from the same words
             self.meta.rehash()
+            self.meta.recount()
             self._digest0 = self.meta.digest
+            self._outside0 = self.meta.outside
         self.meta.digest = self._digest0
+        self.meta.outside = self._outside0
         self.arena = np.zeros(self.npages * L.PAGE, np.uint8)
         self.ctx = self._Ctx(self.arena, self.meta)
         self.model = Model(self.npages, base=preset * self.npages)
@@ -918,7 +932,7 @@ class Machine:
     def check(self):
         """Check the invariants of the current state (strong ones if quiescent)."""
         w = self.meta.words
-        check_safe(w, self.npages, self.model)
+        check_safe(w, self.npages, self.model, fits_int64=self.meta.outside == 0)
         if self.model.quiescent:
             check_quiescent(w, self.npages, self.model, self.meta.pages_used_max)
 
