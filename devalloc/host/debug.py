@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import layout as D
+from .. import layout as D
 
 KINDS = {
     D.KIND_INVALID_FREE: "invalid free",

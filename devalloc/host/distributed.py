@@ -5,7 +5,7 @@ on GPU nodes also dask-cuda, whose ``LocalCUDACluster`` starts one worker per
 GPU, each pinned to its GPU with CUDA_VISIBLE_DEVICES)::
 
     from distributed import Client
-    from devalloc import distributed as dd
+    from devalloc.host import distributed as dd
 
     client = Client(cluster_or_scheduler_address)
     dd.attach(client, 256 << 20)        # every worker, present and future
@@ -16,7 +16,7 @@ GPU, each pinned to its GPU with CUDA_VISIBLE_DEVICES)::
         ...launch kernels with heap.ctx...
 
     client.gather(client.map(task, ...))
-    print(format_worker_usage(dd.usage(client)))   # devalloc.report
+    print(format_worker_usage(dd.usage(client)))   # devalloc.host.report
 
 A heap belongs to one worker: blocks are never shared between workers, and
 each worker holds its whole capacity. Run one task at a time per worker
@@ -50,11 +50,11 @@ try:
     from distributed import WorkerPlugin, get_worker
 except ImportError as e:  # pragma: no cover - the extra is not installed
     raise ImportError(
-        "devalloc.distributed needs dask and distributed: "
+        "devalloc.host.distributed needs dask and distributed: "
         "pip install 'devalloc[distributed]'"
     ) from e
 
-from .errors import HeapExhausted, WorkerHeapError
+from ..errors import HeapExhausted, WorkerHeapError
 
 __all__ = ["DEMO_CAPACITY", "HeapPlugin", "PLUGIN_NAME", "ShardedRun", "WorkerHeapError",
            "attach", "detach", "grow_worker_heap", "run_demo", "run_shard", "run_sharded",
@@ -91,7 +91,7 @@ class HeapPlugin(WorkerPlugin):
 
     def setup(self, worker):
         """Choose GPU or simulator (before numba is imported) and make the heap."""
-        from . import target
+        from .. import target
 
         self.target = target.choose()
         import devalloc  # its first public name installs the simulator's atomic shim
@@ -115,7 +115,7 @@ def attach(client, capacity, **heap_kwargs):
     heap (the old ones are closed). Raises TypeError or ValueError for a bad
     capacity or keyword before anything is registered.
     """
-    from .host import check_capacity
+    from .capacity import check_capacity
 
     capacity = check_capacity(capacity)
     unknown = sorted(set(heap_kwargs) - set(_HEAP_KWARGS))
@@ -138,7 +138,7 @@ def _plugin_of(worker, what):
     if plugin is None or plugin.heap is None:
         raise WorkerHeapError(
             f"{what}: worker {worker.address} has no devalloc heap; call "
-            "devalloc.distributed.attach(client, capacity) first"
+            "devalloc.host.distributed.attach(client, capacity) first"
         )
     return plugin
 
@@ -195,7 +195,7 @@ def usage(client):
 
     Synchronizes each worker's heap stream (call it between runs, not while
     tasks launch kernels). Raises :class:`WorkerHeapError` if a worker has no
-    heap. ``devalloc.report.format_worker_usage`` prints the result as one
+    heap. ``devalloc.host.report.format_worker_usage`` prints the result as one
     table with a total row.
     """
     return dict(sorted(client.run(_usage_here).items()))
@@ -231,7 +231,7 @@ def run_shard(example, start, threads, seed, block=64, max_growths=8):
     worker that ran it.
     """
     heap = worker_heap()
-    from . import _examples
+    from .. import _examples
 
     module = _examples.load(example)
     lc = _examples.load("_mc").Runner(threads, seed, block, start=start)
@@ -258,10 +258,10 @@ def run_sharded(client, example, threads, seed, shards=None, block=64):
     The shards' outputs are joined in thread order and the example's
     ``result`` computed from them: the answer of a single process with the
     same ``seed``. The result's usage figures add up the shards' heaps
-    (``devalloc.stats.total_usage``). Needs :func:`attach` first; kernels
+    (``devalloc.host.stats.total_usage``). Needs :func:`attach` first; kernels
     are the example modules', which workers import (``devalloc.examples``).
     """
-    from . import _examples
+    from .. import _examples
 
     module = _examples.load(example)  # here too: the shards come back as its types
     ws = sorted(client.nthreads())

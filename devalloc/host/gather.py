@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 from numba import config, cuda
 
-from . import layout as L
+from .. import layout as L
 
 #: Threads per block of the gather's kernels other than the scan.
 THREADS = 256
@@ -73,7 +73,7 @@ def launches(nrows, total, free=True):
     The lengths, the scan of ``nrows + 1`` values, the copy (when there is
     an item) and the frees (``free`` and a row). For the examples' tallies.
     """
-    from .device import gather as kernels
+    from ..device import gather as kernels
 
     return (1 + scan_launches(nrows + 1, kernels.SCAN_SPAN) + (1 if total else 0)
             + (1 if free and nrows else 0))
@@ -114,7 +114,7 @@ def gather(heap, offsets, counts, dtype, *, free=True, fill=None):
     :raises ValueError: lengths differ, or a row has a negative count or a
         block not aligned to ``dtype`` or past the arena (nothing is freed).
     """
-    from .device import gather as kernels
+    from ..device import gather as kernels
 
     heap._live()
     dt = _scalar_dtype(dtype, "gather")

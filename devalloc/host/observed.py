@@ -16,7 +16,7 @@ import numbers
 
 import numpy as np
 
-from . import layout as L
+from .. import layout as L
 
 #: The fields of a trace, in sequence order (``op`` is a name of OP_NAMES).
 TRACE_DTYPE = np.dtype([("seq", np.int64), ("op", "U12"), ("nbytes", np.int64),

@@ -1,4 +1,4 @@
-"""The usage report: :class:`~devalloc.stats.Usage` as an aligned text table.
+"""The usage report: :class:`~devalloc.host.stats.Usage` as an aligned text table.
 
 Pure formatting: ``format_usage(usage)`` reads only the attributes of a
 ``Usage`` (``str(usage)`` calls it) and imports neither numba nor a device
@@ -33,7 +33,7 @@ section (the counters of ``usage().profile``) for heaps made with
 ``profile=True``.
 
 ``format_worker_usage({worker: usage})`` prints the heaps of several Dask
-workers (:func:`devalloc.distributed.usage`) as one table, a row per worker
+workers (:func:`devalloc.host.distributed.usage`) as one table, a row per worker
 and a total row::
 
     heap usage per worker

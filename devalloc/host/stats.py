@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import layout as L
+from .. import layout as L
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class Usage:
         return L.capacity_for_pages(pages)
 
     def __str__(self) -> str:
-        """Return the usage report: an aligned table (:mod:`devalloc.report`)."""
+        """Return the usage report: an aligned table (:mod:`devalloc.host.report`)."""
         from .report import format_usage
 
         return format_usage(self)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import layout as L
-from ..stats import usage_from_meta
+from ..host.stats import usage_from_meta
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1

@@ -65,7 +65,7 @@ def compile_ptx(pyfunc, sig, cc=(9, 0), **kwargs):
     With ``$DEVALLOC_PTX_CACHE`` set, a compilation already made with the
     same sources is read from that folder (:data:`PTX_CACHE_ENV`).
     """
-    from . import _load
+    from .. import _load
 
     _load()  # register alloc/free's overloads before Numba types the kernel
     func = getattr(pyfunc, "py_func", pyfunc)
@@ -138,7 +138,7 @@ def _cache_key(func, sig, cc, kwargs):
     parts = [sys.prefix, sys.version, numba_version, numba_cuda, repr(tuple(cc)), repr(sig),
              repr(sorted(kwargs.items())), func.__module__, func.__qualname__,
              repr([c.cell_contents for c in func.__closure__ or ()]),
-             _sources_hash(Path(__file__).parent, recursive=True),
+             _sources_hash(Path(__file__).parents[1], recursive=True),
              _sources_hash(Path(source).parent)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 

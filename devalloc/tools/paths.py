@@ -21,7 +21,7 @@ where it goes: instructions per device function (the innermost frame of
 each instruction's line).
 
 GPU compilation only: run with ``NUMBA_ENABLE_CUDASIM`` unset, like
-:mod:`devalloc.probes`.
+:mod:`devalloc.tools.probes`.
 """
 
 import ast
@@ -38,9 +38,9 @@ from numba import cuda
 
 import devalloc
 
-from . import aot
+from . import aot, probe_kernels
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def line_info():
     and drops their compiled versions, so that kernels compiled inside get
     the lines of every inlined device function; restores both on exit.
     """
-    from .testing.machine import device_modules
+    from ..testing.machine import device_modules
 
     disps = {id(v): v for m in device_modules() for v in vars(m).values()
              if hasattr(v, "py_func") and hasattr(v, "targetoptions")}
@@ -266,7 +266,7 @@ class PathSpec:
 
 _S = "device/slab.py"
 _C = "device/core.py"
-_P = "probes.py"
+_P = "tools/probe_kernels.py"
 _B = "device/bumpalloc.py"
 _SC = "device/scope.py"
 
@@ -328,12 +328,10 @@ PATHS = {
 
 
 def kernel_of(name):
-    """Return the probe kernel named ``name`` (:data:`devalloc.probes.PROBES` or here)."""
-    from . import probes
-
+    """Return the probe kernel named ``name`` (:data:`.probe_kernels.PROBES` or here)."""
     if name == "scoped_step":
         return k_scoped_step
-    return probes.PROBES[name]
+    return probe_kernels.PROBES[name]
 
 
 #: Opcodes that exist only for memory ordering: fences and what acquire and
@@ -347,13 +345,12 @@ def measure(cc=(9, 0), paths=None):
 
     ``ordering``: the memory-ordering instructions on the path, by opcode.
     """
-    from . import probes
-
     out = {}
     sass = {}
     for name, spec in (paths or PATHS).items():
         if spec.kernel not in sass:
-            sass[spec.kernel] = parse(sass_with_lines(kernel_of(spec.kernel), probes.SIG, cc))
+            sass[spec.kernel] = parse(sass_with_lines(kernel_of(spec.kernel), probe_kernels.SIG,
+                                                      cc))
         insns, labels = sass[spec.kernel]
         try:
             trail = walk(insns, labels, [w.resolve() for w in spec.waypoints], spec.lone)
@@ -374,18 +371,14 @@ def measure(cc=(9, 0), paths=None):
 
 def floor(cc=(9, 0)):
     """Return the instructions the floor kernel (one ``atomic.add``) executes."""
-    from . import probes
-
-    insns, labels = parse(sass_with_lines(probes.k_atomic_floor, probes.SIG, cc))
+    insns, labels = parse(sass_with_lines(probe_kernels.k_atomic_floor, probe_kernels.SIG, cc))
     return len(walk(insns, labels, []))
 
 
 def trace(name, cc=(9, 0)):
     """Return the walk of path ``name`` as text: address, opcode, innermost line."""
-    from . import probes
-
     spec = PATHS[name]
-    insns, labels = parse(sass_with_lines(kernel_of(spec.kernel), probes.SIG, cc))
+    insns, labels = parse(sass_with_lines(kernel_of(spec.kernel), probe_kernels.SIG, cc))
     rows = []
     for i in walk(insns, labels, [w.resolve() for w in spec.waypoints], spec.lone):
         ins = insns[i]

@@ -1,13 +1,13 @@
 """Probe kernels: what devalloc costs in registers, spills and SASS, no GPU needed.
 
 ``python -m devalloc.probes [--cc 75 90] [--json]`` compiles user-style
-kernels with :func:`devalloc.aot.compile_ptx`, assembles them with ``ptxas
+kernels with :func:`devalloc.tools.aot.compile_ptx`, assembles them with ``ptxas
 -v`` and disassembles them with ``nvdisasm``, and prints registers, spill
 bytes, SASS instructions, atomic instructions and SC fences per kernel,
 with the difference to the empty kernel; then the SASS instructions
-executed on the common paths on sm_90 (:mod:`devalloc.paths`; JSON key
+executed on the common paths on sm_90 (:mod:`devalloc.tools.paths`; JSON key
 ``"paths"``); with ``--code-size``, the cost of each extra call site of
-``alloc``, ``free``, ``view``, ``bump`` and ``scoped`` (:mod:`devalloc.codesize`;
+``alloc``, ``free``, ``view``, ``bump`` and ``scoped`` (:mod:`devalloc.tools.codesize`;
 JSON key ``"code_size"``). The test suite and ``bench/`` both use it.
 
 Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset), and
@@ -25,138 +25,14 @@ import numpy as np
 from numba import cuda, types
 
 import devalloc
-from devalloc import aot
-from devalloc.ctx import obs_ctx_type
 from devalloc.device import warp
+from devalloc.tools import aot
 
-
-def k_empty(ctx, n, out):
-    """Floor of floors: a kernel that stores one value."""
-    out[cuda.grid(1)] = n
-
-
-def k_atomic_floor(ctx, n, out):
-    """The hand-written floor: one ``cuda.atomic.add`` bump per thread."""
-    out[cuda.grid(1)] = cuda.atomic.add(ctx.meta, 0, n)
-
-
-def k_alloc(ctx, n, out):
-    """One ``alloc`` per thread of a size passed as a kernel argument, offset stored."""
-    out[cuda.grid(1)] = devalloc.alloc(ctx, n)
-
-
-def k_alloc_const(ctx, n, out):
-    """One ``alloc`` per thread of a compile-time constant size (64 B)."""
-    out[cuda.grid(1)] = devalloc.alloc(ctx, 64)
-
-
-def k_alloc_per_thread(ctx, n, out):
-    """One ``alloc`` per thread of a size that differs per thread (read from ``out``)."""
-    i = cuda.grid(1)
-    out[i] = devalloc.alloc(ctx, out[i])
-
-
-@cuda.jit(device=True)
-def _alloc_view_free(ctx, n, out, i):
-    # The typical scratch use: alloc n bytes, write through view, free.
-    off = devalloc.alloc(ctx, n)
-    if off != devalloc.NULL:
-        a = devalloc.view(ctx, off, n // 4, np.float32)
-        for j in range(a.shape[0]):
-            a[j] = j
-        out[i] = a[0]
-        devalloc.free(ctx, off)
-
-
-def k_alloc_view_free(ctx, n, out):
-    """``alloc``, write through ``view``, ``free`` of a kernel argument's size."""
-    _alloc_view_free(ctx, n, out, cuda.grid(1))
-
-
-def k_alloc_view_free_per_thread(ctx, n, out):
-    """``alloc``/``view``/``free`` of a size that differs per thread."""
-    i = cuda.grid(1)
-    _alloc_view_free(ctx, out[i], out, i)
-
-
-def k_free(ctx, n, out):
-    """One ``free`` per thread."""
-    devalloc.free(ctx, out[cuda.grid(1)])
-
-
-def k_conditional(ctx, n, out):
-    """Divergent use: only odd threads allocate, of a per-thread size."""
-    i = cuda.grid(1)
-    if i % 2 == 1:
-        off = devalloc.alloc(ctx, n + i)
-        if off != devalloc.NULL:
-            v = devalloc.view(ctx, off, 2, np.int64)
-            v[0] = i
-            out[i] = v[0]
-            devalloc.free(ctx, off)
-
-
-def k_bump(ctx, n, out):
-    """One ``bump`` per thread (warp-aggregated on the GPU)."""
-    out[cuda.grid(1)] = devalloc.bump(ctx, n)
-
-
-def k_scoped(ctx, n, out):
-    """An inner loop of scoped scratch: mark, scoped, view, release."""
-    i = cuda.grid(1)
-    s = devalloc.SCOPE_NONE
-    m = devalloc.mark(ctx, s)
-    s = m
-    acc = 0.0
-    for step in range(4):
-        inner = devalloc.mark(ctx, s)
-        s = inner
-        off, s = devalloc.scoped(ctx, s, n * (step + 1))
-        if off != devalloc.NULL:
-            a = devalloc.view(ctx, off, 2, np.float64)
-            a[0] = step
-            acc += a[0]
-        s = devalloc.release(ctx, s, inner)
-    s = devalloc.release(ctx, s, m)
-    out[i] = acc
-
-
-PROBES = {
-    "empty": k_empty,
-    "atomic_floor": k_atomic_floor,
-    # The three ways of passing a size: a kernel argument, a constant, per thread.
-    "alloc": k_alloc,
-    "alloc_const": k_alloc_const,
-    "alloc_per_thread": k_alloc_per_thread,
-    "free": k_free,
-    "alloc_view_free": k_alloc_view_free,
-    "alloc_view_free_per_thread": k_alloc_view_free_per_thread,
-    "conditional": k_conditional,
-    "bump": k_bump,
-    "scoped": k_scoped,
-    # The same kernels on a debug heap (Heap(..., debug=True)): guards,
-    # poison and checks compiled in.
-    "debug_alloc_view_free": k_alloc_view_free,
-    "debug_scoped": k_scoped,
-    # On an observed heap (Heap(..., profile=True, trace=N)): failure
-    # causes counted, every call recorded in the trace.
-    "observed_alloc_view_free": k_alloc_view_free,
-    "observed_bump": k_bump,
-    "observed_scoped": k_scoped,
-}
-
-SIG = (devalloc.ctx_type, types.int64, types.int64[::1])
-DEBUG_SIG = (devalloc.debug_ctx_type, types.int64, types.int64[::1])
-OBSERVED_SIG = (obs_ctx_type, types.int64, types.int64[::1])
-
-
-def signature(name):
-    """Return the argument types of probe ``name`` (its heap kind from its prefix)."""
-    if name.startswith("debug_"):
-        return DEBUG_SIG
-    if name.startswith("observed_"):
-        return OBSERVED_SIG
-    return SIG
+from .probe_kernels import (  # noqa: F401 (the probes, read as probes.X too)
+    DEBUG_SIG, OBSERVED_SIG, PROBES, SIG, signature,
+    k_empty, k_atomic_floor, k_alloc, k_alloc_const, k_alloc_per_thread, k_alloc_view_free,
+    k_alloc_view_free_per_thread, k_free, k_conditional, k_bump, k_scoped,
+)
 
 
 def measure(ccs=((7, 5), (9, 0)), probes=None):
@@ -243,7 +119,7 @@ def check_traps():
     normal, _ = aot.compile_ptx(k_alloc_view_free, SIG, cc=(9, 0))
     observed, _ = aot.compile_ptx(k_alloc_view_free, OBSERVED_SIG, cc=(9, 0))
     out["observed_path_only_when_observed"] = "observe" not in normal and "observe" in observed
-    from devalloc import replayer
+    from devalloc.tools import replayer
 
     words = types.int64[::1]
     ptx, _ = aot.compile_ptx(replayer._replay_kernel.py_func, (devalloc.ctx_type,) + (words,) * 7,
@@ -310,10 +186,10 @@ def main(argv=None):
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--traps", action="store_true", help="also report the compile traps")
     p.add_argument("--code-size", action="store_true",
-                   help="also measure the cost per extra call site (devalloc.codesize, the "
+                   help="also measure the cost per extra call site (devalloc.tools.codesize, the "
                         "first --cc)")
     p.add_argument("--no-paths", action="store_true",
-                   help="skip the walked path lengths (devalloc.paths, sm_90)")
+                   help="skip the walked path lengths (devalloc.tools.paths, sm_90)")
     a = p.parse_args(argv)
     ccs = [(int(c[:-1]), int(c[-1])) for c in a.cc]
     problem = missing()

@@ -2,7 +2,7 @@
 
 For sizing a heap and comparing layouts: a trace recorded with
 ``Heap(capacity, trace=N)`` (or read from CSV with
-:func:`devalloc.observed.read_csv`) runs again, one event at a time in
+:func:`devalloc.host.observed.read_csv`) runs again, one event at a time in
 sequence order, on one thread of one kernel (the simulator or a GPU). A
 free replays as the free of the block its matching alloc returned in the
 replay; a release as the release of the mark its matching mark returned;
@@ -20,10 +20,10 @@ from numba import cuda
 
 import devalloc
 
-from . import layout as L
-from . import observed
-from .debug_host import describe
-from .errors import HeapCorruption
+from .. import layout as L
+from ..host import observed
+from ..host.debug import describe
+from ..errors import HeapCorruption
 
 #: A free that is invalid in any heap (misaligned): an invalid free's replay.
 BOGUS = 8
@@ -95,7 +95,7 @@ def plan(events):
 def replay(events, capacity, *, debug=False, stream=0):
     """Replay ``events`` on a fresh heap of ``capacity`` bytes; return its ``Usage``.
 
-    ``events``: a trace (``heap.trace()``, :func:`devalloc.observed.read_csv`)
+    ``events``: a trace (``heap.trace()``, :func:`devalloc.host.observed.read_csv`)
     or the path of a CSV trace. ``debug=True`` replays on a debug heap and
     raises :class:`devalloc.HeapCorruption` for what it finds beyond the
     trace's own invalid frees. A

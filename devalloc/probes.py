@@ -1,0 +1,17 @@
+"""Old path of :mod:`devalloc.tools.probes` (moved): that module, and a DeprecationWarning.
+
+``python -m devalloc.probes`` stays the command (README, "What it costs"):
+run as a script this module runs :func:`devalloc.tools.probes.main`, with no
+warning.
+"""
+
+if __name__ == "__main__":
+    import sys
+
+    from devalloc.tools.probes import main
+
+    sys.exit(main())
+else:
+    from ._moved import alias
+
+    alias(__name__)
