@@ -56,7 +56,7 @@ import numpy as np
 from numba.core import types as numba_types
 
 from .. import layout as L
-from ..host import free_index_template
+from ..host.heap import free_index_template
 from . import groups
 from .room import could_serve
 from .invariants import (INT64_MAX, INT64_MIN, Fault, Model, check_drained, check_quiescent,
@@ -501,8 +501,9 @@ def installed(overrides=None):
     fake = FakeCuda()
     fake_warp = groups.FakeWarp(lambda: getattr(_tls, "thread", None))
     from ..device import api as real_api
+    from ..device import chunks as real_chunks
 
-    fake_api = FakeApi(real_api)
+    fake_api = FakeApi(real_api, real_chunks)
     saved = []
     if not _INSTALL_LOCK.acquire(timeout=STEP_TIMEOUT):
         raise RuntimeError("another exploration holds the device modules")
@@ -532,7 +533,7 @@ def installed(overrides=None):
                     new = fake
                 elif name == "warp" and isinstance(v, types.ModuleType):
                     new = fake_warp
-                elif name == "api" and v is real_api:
+                elif (name, v) in (("api", real_api), ("chunks", real_chunks)):
                     new = fake_api
                 elif _is_dispatcher(v):
                     new = v.py_func
@@ -558,18 +559,20 @@ def installed(overrides=None):
 
 
 class FakeApi:
-    """:mod:`devalloc.device.api` as scoped scratch sees it while exploring.
+    """The device API (:mod:`~devalloc.device.api`, :mod:`~devalloc.device.chunks`) while exploring.
 
-    The real ``chunk_alloc``/``chunk_free`` (so the real device code runs), with
-    each chunk they take or give back told to the model as an operation of
-    its own: a chunk is a heap block like any other until ``usage()``
-    reports it apart.
+    Stands for both modules' globals (``api`` in the porting API, ``chunks``
+    in scoped scratch). The real ``chunk_alloc``/``chunk_free`` (so the real
+    device code runs), with each chunk they take or give back told to the
+    model as an operation of its own: a chunk is a heap block like any other
+    until ``usage()`` reports it apart.
     """
 
-    def __init__(self, api):
+    def __init__(self, api, chunks):
         self._api = api
-        self.scratch_poison = api.scratch_poison
-        self.scratch_check = api.scratch_check
+        self._chunks = chunks
+        self.scratch_poison = chunks.scratch_poison
+        self.scratch_check = chunks.scratch_check
 
     def chunk_alloc(self, ctx, nbytes):
         t = _tls.thread
@@ -580,7 +583,7 @@ class FakeApi:
         t.chunks += 1
         t.events.append(("start", "alloc", (), 1))
         t.touched = False
-        off = int(self._api.chunk_alloc(ctx, nbytes))
+        off = int(self._chunks.chunk_alloc(ctx, nbytes))
         t.events.append(("alloc", -t.chunks, int(nbytes), off, True))
         t.null_in = t.scoped_calls if off == L.NULL else -1
         return off
@@ -589,7 +592,7 @@ class FakeApi:
         t = _tls.thread
         t.events.append(("start", "free", (int(off),), 1))
         t.touched = False
-        self._api.chunk_free(ctx, off)
+        self._chunks.chunk_free(ctx, off)
         t.events.append(("free", "free"))
 
     # The porting API's own alloc and free (realloc's new block and its free
