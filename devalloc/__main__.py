@@ -34,6 +34,11 @@ Where the examples come from: the repository's top-level ``kernels/``
 folder is installed as ``devalloc.examples`` (see ``devalloc._examples``),
 so the demo works from any directory after ``pip install`` (or ``-e``), and
 from a checkout on ``PYTHONPATH``.
+
+Longer than 500 lines because it is one command whose parts read one
+summary: the arguments and their checks, running an example (GPU,
+simulator or Dask workers) and the three outputs (text, ``--json``,
+``--plot``); the examples themselves are in ``kernels/``.
 """
 
 import argparse
