@@ -42,11 +42,13 @@ runs steps, keeps the sequential model of the history
 (:class:`~devalloc.testing.invariants.Model`) and checks the invariants;
 :mod:`devalloc.testing.explorer` decides which schedules to run.
 
-Longer than 500 lines because the scenarios' programs, the fake device,
-installing it into the device modules and the machine that steps the
-logical threads share one rule (which globals of the device modules are
-swapped while a run is in progress) and one scheduler state. Choosing the
-runs is apart (:mod:`.explorer`), so are the model and the checks
+Longer than 500 lines because the fake device (:class:`FakeCuda`,
+:class:`SharedMeta`), installing it into the device modules
+(:func:`installed`, :class:`FakeApi`) and the :class:`Machine` that steps
+the logical threads share one scheduler state (the running logical thread,
+``_tls.thread``) and one rule (which globals of the device modules are
+swapped while a run is in progress); each section is one of them. Choosing
+the runs is apart (:mod:`.explorer`), so are the model and the checks
 (:mod:`.invariants`) and warp groups (:mod:`.groups`).
 """
 
