@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # annotations only: stats and debug_host import numba
+if TYPE_CHECKING:  # annotations only: host.stats and host.debug import numba
     from .host.debug import Record
     from .host.stats import Usage
 

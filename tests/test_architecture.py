@@ -285,3 +285,16 @@ def test_documented_commands_at_old_paths_run_without_a_warning(command):
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("usage: python -m devalloc.probes"), proc.stdout
+
+
+# ------------------------------------------------------------------ packaging
+
+def test_every_package_is_installed():
+    # pyproject lists the packages a plain (non-editable) install copies: a
+    # folder missing there is missing from the wheel (tests/test_packaging.py
+    # checks the wheel itself).
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                 ["tool"]["setuptools"]["packages"])
+    found = {name for name, path in modules_of(PACKAGE).items() if path.name == "__init__.py"}
+    assert found - listed == set(), "add to pyproject's [tool.setuptools] packages"
