@@ -7,7 +7,9 @@
   (``from devalloc.host import stats`` is an edge to ``devalloc.host.stats``,
   ``from . import layout as L`` one to ``devalloc.layout``). A circle in that
   graph fails, named module by module. ``importlib.import_module`` with a
-  computed name (the lazy packages' ``__getattr__``) is not read.
+  computed name (the lazy packages' ``__getattr__``) is not read. The same
+  graph keeps the layers of README's diagram: the ground, ``sim/``,
+  ``device/`` and ``host/`` import nothing above them (:data:`FORBIDDEN`).
 * A module of more than :data:`MAX_LINES` lines says why in its docstring, in
   a sentence that starts with :data:`REASON` ("Longer than 500 lines because
   ..."); shorter ones need nothing.
@@ -140,6 +142,54 @@ def test_the_package_has_no_import_circle():
     found = circles(import_graph(PACKAGE))
     assert not found, "import circles in devalloc (move the names both use down to a module " \
         "both import):\n" + "\n".join("  " + " -> ".join(c) for c in found)
+
+
+#: Subpackage -> the subpackages its modules may not import (README, "Layout":
+#: the arrows of the diagram go one way). ``ground``: the top-level modules
+#: both sides stand on (errors.py names host types for annotations only).
+FORBIDDEN = {
+    "ground": {"device", "host", "tools", "testing", "gpucheck", "sim"},
+    "sim": {"device", "host", "tools", "testing", "gpucheck"},
+    "device": {"host", "tools", "testing", "gpucheck"},
+    "host": {"tools", "testing", "gpucheck"},
+}
+GROUND = {"devalloc.layout", "devalloc.bits", "devalloc.blocks", "devalloc.ctx",
+          "devalloc.target", "devalloc._version"}
+
+
+def _part(module):
+    parts = module.split(".")
+    if module in GROUND:
+        return "ground"
+    return parts[1] if len(parts) > 2 or parts[-1] in FORBIDDEN["ground"] else module
+
+
+def layer_violations(graph):
+    """Return ``["a imports b", ...]`` for the imports of ``graph`` against :data:`FORBIDDEN`."""
+    wrong = [f"{m} imports {t}" for m, targets in graph.items() for t in targets
+             if _part(t) in FORBIDDEN.get(_part(m), ())]
+    # host/ launches device/gather.py's kernels (Heap.gather), nothing else of device/
+    wrong += [f"{m} imports {t}" for m, targets in graph.items() for t in targets
+              if _part(m) == "host" and _part(t) == "device"
+              and (m, t) != ("devalloc.host.gather", "devalloc.device.gather")]
+    return sorted(wrong)
+
+
+def test_the_layers_import_downwards():
+    wrong = layer_violations(import_graph(PACKAGE))
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_layer_rule_bites():
+    graph = {"devalloc.layout": {"devalloc.device.core"},
+             "devalloc.device.core": {"devalloc.layout", "devalloc.host.stats"},
+             "devalloc.host.heap": {"devalloc.device.api"},
+             "devalloc.host.gather": {"devalloc.device.gather"},
+             "devalloc.tools.paths": {"devalloc.device.core", "devalloc.host.stats"}}
+    assert layer_violations(graph) == [
+        "devalloc.device.core imports devalloc.host.stats",
+        "devalloc.host.heap imports devalloc.device.api",
+        "devalloc.layout imports devalloc.device.core"]
 
 
 def test_the_graph_reads_relative_function_level_and_from_imports(tmp_path):
