@@ -182,7 +182,8 @@ def test_workers_run_on_the_simulator(client):
 
 
 def test_before_attach_a_task_is_told_to_attach(client):
-    with pytest.raises(WorkerHeapError, match=r"has no devalloc heap; call devalloc\.distributed\.attach"):
+    with pytest.raises(WorkerHeapError,
+                       match=r"has no devalloc heap; call devalloc\.host\.distributed\.attach"):
         client.submit(heap_facts, pure=False).result()
     with pytest.raises(WorkerHeapError, match="attach"):
         dd.usage(client)
