@@ -17,6 +17,7 @@ import warnings
 #: Old module path -> new module path (devalloc 0.1.0, issue 31).
 MOVED = {
     "devalloc.aot": "devalloc.tools.aot",
+    "devalloc.codesize": "devalloc.tools.codesize",
     "devalloc.debug_host": "devalloc.host.debug",
     "devalloc.distributed": "devalloc.host.distributed",
     "devalloc.gather": "devalloc.host.gather",

@@ -91,7 +91,7 @@ else:
     def _flags(f):
         # The flags a device function gets from @cuda.jit (numba.cuda.compiler):
         # NumPy's error model (no exception paths: the default "python" one
-        # adds them) and f's line info (devalloc.paths walks by it).
+        # adds them) and f's line info (devalloc.tools.paths walks by it).
         try:
             from numba.cuda.flags import CUDAFlags as Flags
         except ImportError:  # numba-cuda releases that use numba's own flags
@@ -123,7 +123,7 @@ else:
                 vals = iter(fn.args)
                 inner = [_rebuild(context, body, t, vals) for t in sig.args]
                 # Numba's cache of subroutines does not key the flags: a
-                # compilation with line info (devalloc.paths) is not cached.
+                # compilation with line info (devalloc.tools.paths) is not cached.
                 flags = _flags(f)
                 cres = context.compile_subroutine(body, pyfunc, sig, flags=flags,
                                                   caching=not flags.debuginfo)

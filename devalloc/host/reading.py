@@ -49,7 +49,7 @@ class Reading:
     def trace(self, stream=None):
         """Synchronize and return the recorded events, in sequence order.
 
-        A :class:`~devalloc.observed.Trace`: a NumPy structured array with
+        A :class:`~devalloc.host.observed.Trace`: a NumPy structured array with
         the fields ``seq``, ``op`` (alloc, free, free_invalid, bump, mark,
         scoped, release), ``nbytes``, ``offset`` (NULL for a failure; a
         mark's or release's mark) and ``thread`` (global linear thread

@@ -4,6 +4,7 @@
 nvdisasm); :mod:`.probes` measures what devalloc costs in registers, spills
 and SASS (``python -m devalloc.probes``) on the kernels of
 :mod:`.probe_kernels`; :mod:`.paths` walks the SASS instructions one call
-executes; :mod:`.replayer` replays a recorded allocation trace on a fresh
+executes; :mod:`.codesize` what each extra call site of the
+device API costs; :mod:`.replayer` replays a recorded allocation trace on a fresh
 heap (``devalloc.replay``). The heap itself does not need any of them.
 """

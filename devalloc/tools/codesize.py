@@ -3,7 +3,7 @@
 A kernel with k call sites of one operation is compiled for a compute
 capability (no GPU needed) for k = 1, 2 and 4, with per-thread sizes and
 offsets so that nothing folds; each is assembled with ``ptxas -v`` and
-disassembled (:func:`devalloc.aot.assemble`). :func:`measure` returns, per
+disassembled (:func:`devalloc.tools.aot.assemble`). :func:`measure` returns, per
 operation, the rows (SASS instructions, registers, spills, stack frame,
 compile seconds: Numba + NVVM, then ptxas) and the cost of an extra site:
 ``(sass(k_max) - sass(1)) / (k_max - 1)``. ``python -m devalloc.probes
@@ -12,7 +12,7 @@ wall-clock (reported, never asserted); the rest is deterministic for a
 given toolchain.
 
 GPU compilation only: run with ``NUMBA_ENABLE_CUDASIM`` unset, like
-:mod:`devalloc.probes`.
+:mod:`devalloc.tools.probes`.
 """
 
 import time
@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda
 
 import devalloc
-from devalloc import aot
+from devalloc.tools import aot
 
 # The kernels: k sites of one operation, per-thread arguments (out[i]).
 
@@ -166,7 +166,7 @@ def _compile(fn, sig, cc, timing):
     # cache: the time is the point. Compiled twice, the second one timed:
     # the first also types and compiles the library's device functions,
     # once per process, whichever kernel comes first.
-    from . import _load
+    from .. import _load
 
     _load()
     with aot.assume_device(cc):
@@ -182,14 +182,14 @@ def measure(cc=(9, 0), ops=None, sig=None, timing=True, max_registers=None):
     """Return ``{op: {"sites": {k: row}, "per_extra_site": n, ...}}`` for ``cc``.
 
     ``ops`` picks operations of :data:`KERNELS` (all by default); ``sig``
-    the kernels' signature (:data:`devalloc.probes.SIG`: a normal heap).
+    the kernels' signature (:data:`devalloc.tools.probe_kernels.SIG`: a normal heap).
     A row: ``sass_instructions``, ``registers``, ``spill_bytes``,
     ``stack_bytes``, ``calls`` (SASS ``CALL`` instructions) and, with
     ``timing``, ``numba_seconds`` and ``ptxas_seconds``. ``max_registers``
     assembles as ``@cuda.jit(max_registers=N)`` would (ptxas
     ``-maxrregcount``).
     """
-    from .probes import SIG
+    from .probe_kernels import SIG
 
     sig = sig or SIG
     out = {}
