@@ -402,8 +402,8 @@ PATHS = {
         ), lone=False),
     "bump": PathSpec(
         "bump", "bump(ctx, n) by one lane, from the current chunk", (
-            At(_B, "base = _claim_out(meta, npages, size * lanes, lanes, _prof_of(ctx))"),
-            At(_B, "return (page << L.PAGE_SHIFT) + cursor"),
+            At(_B, "base = _claim_fast(meta, npages, size * lanes, lanes, _prof_of(ctx))"),
+            At(_B, "return cursor + (page << L.PAGE_SHIFT)"),
             At(_B, "off = base + rank * size"),
         )),
     "scoped": PathSpec(

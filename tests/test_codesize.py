@@ -134,11 +134,12 @@ def test_frames_from_the_ptx_walk_the_inline_paths_as_nvdisasm_does():
 
 #: The walked paths (SASS instructions executed, sm_90) with DEVALLOC_OUTLINE=1,
 #: measured (numba-cuda 0.30, CUDA 13 tools): the call's argument moves, CALL,
-#: RET and the callee's path. Inline (tests/test_compile.py): 165, 251, 120,
-#: 141, 156, 142. Within issue 28's 10 % for alloc (+4 %), not for free
-#: (+17 %, +15 %) and bump (+16 %): why outlining stays opt-in.
+#: RET and the callee's path. Inline (this walker alone): 165, 251, 120, 141,
+#: 127, 142. Within issue 28's 10 % for alloc (+4 %), bump (its first try is
+#: inline: -2 %) and scoped (no call), not for free (+17 %, +15 %): one
+#: reason outlining stays opt-in (docs/outline.md).
 OUTLINED_PATHS = {"alloc_fresh_slab": 172, "alloc_reuse": 260, "free_lone": 140,
-                  "free_warp32": 162, "bump": 181, "scoped": 142}
+                  "free_warp32": 162, "bump": 124, "scoped": 142}
 
 
 @pytest.mark.slow
@@ -151,4 +152,6 @@ def test_outlined_walked_paths():
     # The walks went into the out-of-line bodies (functions only they inline).
     assert "slab._reserve" in got["alloc_fresh_slab"]["by_function"], got["alloc_fresh_slab"]
     assert "slab._free_small" in got["free_lone"]["by_function"], got["free_lone"]
-    assert "bumpalloc._claim" in got["bump"]["by_function"], got["bump"]
+    # bump's first try on the chunk is inline: its common path calls nothing.
+    assert "bumpalloc._claim_fast" in got["bump"]["by_function"], got["bump"]
+    assert "bumpalloc._claim" not in got["bump"]["by_function"], got["bump"]
