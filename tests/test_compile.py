@@ -295,6 +295,15 @@ def test_the_ptx_cache_keys_what_the_ptx_depends_on():
               aot._cache_key(probes.k_alloc, (devalloc.debug_ctx_type, types.int64,
                                               types.int64[::1]), (9, 0), {})}
     assert len(others) == 4 and key not in others and None not in others
+    # DEVALLOC_OUTLINE (read at import) compiles the same sources to other PTX.
+    from devalloc.device import outline
+
+    monkey = pytest.MonkeyPatch()
+    try:
+        monkey.setattr(outline, "ENABLED", not outline.ENABLED)
+        assert aot._cache_key(probes.k_alloc, sig, (9, 0), {}) != key
+    finally:
+        monkey.undo()
     # Not cached: a kernel without a source file, or closing over an object.
     ns = {}
     exec("def k(ctx, n, out):\n    out[0] = n\n", ns)
