@@ -508,6 +508,10 @@ def installed(overrides=None):
         raise RuntimeError("another exploration holds the device modules")
     try:
         home = {}
+        # id of an overridden dispatcher -> its name: another global bound to
+        # the same object is an alias (``_claim_out = outline(_claim)``, the
+        # function itself on the simulator) and is overridden with it.
+        aliased = {}
         for mod in device_modules():
             for name in overrides:
                 v = mod.__dict__.get(name)
@@ -515,6 +519,7 @@ def installed(overrides=None):
                     home[name] = overrides[name]
                 elif _is_dispatcher(v) and v.py_func.__module__ == mod.__name__:
                     home[name] = rebind(overrides[name], mod)
+                    aliased[id(v)] = name
         for mod in device_modules():
             g = mod.__dict__
             if "cuda" in g and not isinstance(g["cuda"], types.ModuleType):
@@ -537,6 +542,8 @@ def installed(overrides=None):
                     new = getattr(np, v.name)
                 if name in overrides:
                     new = home[name] if name in home else rebind(overrides[name], mod)
+                elif id(v) in aliased:
+                    new = home[aliased[id(v)]]
                 if new is not None:
                     saved.append((g, name, v))
                     g[name] = new
