@@ -16,8 +16,8 @@ no stack frame. docs/outline.md has the measurements behind it.
 Who may call: the device paths (``core.alloc_site``/``free_site``, bump's
 claim, scoped's new chunk). What the call adds to a walked path (argument
 moves, ``CALL``, ``RET``, the callee's code) is measured by
-:mod:`devalloc.paths`, which follows the call (docs/outline.md): 7 to 25
-instructions. With line info (the walker's builds) the wrapper gets a debug
+:mod:`devalloc.paths`, which follows the call (docs/outline.md): alloc's
+paths +7 and +9 instructions, free's +20 and +21. With line info (the walker's builds) the wrapper gets a debug
 scope in ``f``'s file, so the body it inlines keeps its source lines. Warp intrinsics inside ``f`` keep their
 meaning: the lanes that enter the call together are the lanes active at the
 call site, and a lane that does not call is not waited for.
