@@ -257,12 +257,14 @@ def line_info():
             d.overloads.update(overloads)
 
 
-def sass_with_lines(kernel, sig, cc=(9, 0), ptx_lines=False):
-    """Return the ``nvdisasm -gi`` text of ``kernel`` compiled with line info.
+def sass_with_lines(kernel, sig, cc=(9, 0)):
+    """Return the ``nvdisasm -gi`` text of ``kernel`` compiled with line info."""
+    return _disassembled(kernel, sig, cc, "-gi")[1][0]
 
-    ``ptx_lines``: return ``(PTX, nvdisasm -gp text)`` instead, each
-    instruction annotated with its PTX line (see :func:`load`).
-    """
+
+def _disassembled(kernel, sig, cc, *options):
+    # (PTX, [nvdisasm text with each of the line options]) of kernel
+    # compiled once with line info: "-gi" source lines, "-gp" PTX lines.
     with line_info():
         ptx, _ = aot.compile_ptx(kernel, sig, cc=cc, lineinfo=True)
     arch = f"sm_{cc[0]}{cc[1]}"
@@ -271,9 +273,8 @@ def sass_with_lines(kernel, sig, cc=(9, 0), ptx_lines=False):
         src.write_text(ptx)
         subprocess.run([aot.tool_path("ptxas"), f"-arch={arch}", "-lineinfo", str(src),
                         "-o", str(out)], check=True, capture_output=True)
-        text = subprocess.run([aot.tool_path("nvdisasm"), "-c", "-gp" if ptx_lines else "-gi",
-                               str(out)], check=True, capture_output=True, text=True).stdout
-        return (ptx, text) if ptx_lines else text
+        return ptx, [subprocess.run([aot.tool_path("nvdisasm"), "-c", o, str(out)], check=True,
+                                    capture_output=True, text=True).stdout for o in options]
 
 
 _LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+(\d+)"
@@ -320,13 +321,14 @@ def load(kernel, sig, cc=(9, 0), frames="auto"):
     nvdisasm 13's ``-gi`` names wrong files and lines for the frames an
     instruction is inlined at (the PTX's ``inlined_at`` are right).
     """
-    if frames != "ptx":
-        text = sass_with_lines(kernel, sig, cc)
-        insns, labels = parse(text)
-        if frames == "sass" or not any(i.op.startswith("CALL") for i in insns):
-            return insns, labels
-    ptx, text = sass_with_lines(kernel, sig, cc, ptx_lines=True)
-    return parse(text, ptx_frames(ptx))
+    if frames not in ("auto", "sass", "ptx"):
+        raise ValueError(f"frames={frames!r}: 'auto', 'sass' or 'ptx'")
+    ptx, (by_source, by_ptx) = _disassembled(kernel, sig, cc, "-gi", "-gp")
+    insns, labels = parse(by_source)
+    if frames == "sass" or (frames == "auto"
+                            and not any(i.op.startswith("CALL") for i in insns)):
+        return insns, labels
+    return parse(by_ptx, ptx_frames(ptx))
 
 
 # ------------------------------------------------------------------ paths

@@ -164,3 +164,8 @@ def test_ptx_frames_follow_the_inlined_at_chain():
 """
     insns, _ = paths.parse(sass, frames)
     assert insns[0].frames == frames[9] and insns[1].frames == ()
+
+
+def test_frames_must_name_a_source():
+    with pytest.raises(ValueError, match="'auto', 'sass' or 'ptx'"):
+        paths.load(None, None, frames="gi")
