@@ -94,7 +94,7 @@ throughput" section of ``bench/RESULTS.md``; ``--no-write`` only prints,
 ``--json FILE`` also saves every iteration's times). ``--quick``: 5
 iterations, 4 sizes, 10K allocations, 1K-thread step_scratch.
 ``--compile-only [--cc 90]`` compiles every kernel to PTX with
-``devalloc.aot.compile_ptx`` and needs no GPU (the test suite runs it).
+``devalloc.tools.aot.compile_ptx`` and needs no GPU (the test suite runs it).
 """
 
 import argparse
@@ -543,7 +543,7 @@ def run(args):
 
 def compile_only(ccs, assemble=False):
     """Compile every kernel to PTX for each cc; return one dict per kernel and cc."""
-    from devalloc import aot
+    from devalloc.tools import aot
     import _gpu_kernels as K
     from devalloc.examples import _mc
     from devalloc.examples import step_scratch as S

@@ -2,7 +2,7 @@
 
 The walked paths of ``python -m devalloc.probes --json`` are the calls that
 win their first atomic. These are their contended twins, walked the same
-way (:mod:`devalloc.paths`: the cheapest execution through the waypoints,
+way (:mod:`devalloc.tools.paths`: the cheapest execution through the waypoints,
 compiled for sm_90, no GPU needed):
 
 * ``alloc_fresh_slab_lost1``: ``alloc(ctx, 64)`` by one lane whose first
@@ -53,7 +53,7 @@ CONTENDED = {
         ("device/bumpalloc.py", "off = base + rank * size"),
     )),
 }
-#: The uncontended twin of each path (devalloc.paths.PATHS).
+#: The uncontended twin of each path (devalloc.tools.paths.PATHS).
 TWIN = {"alloc_fresh_slab_lost1": "alloc_fresh_slab", "alloc_reuse_lost_bits": "alloc_reuse",
         "bump_lost1": "bump"}
 
@@ -65,7 +65,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)  # GPU compilation (no GPU needed)
     sys.path.insert(0, a.root)
-    from devalloc import paths
+    from devalloc.tools import paths
 
     specs = {name: paths.PathSpec(kernel, what, tuple(paths.At(f, t) for f, t in wps))
              for name, (kernel, what, wps) in CONTENDED.items()}

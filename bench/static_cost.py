@@ -1,12 +1,12 @@
 """Static cost of devalloc's device functions, no GPU needed.
 
-Compiles the probe kernels of :mod:`devalloc.probes` for sm_75, sm_80 and
+Compiles the probe kernels of :mod:`devalloc.tools.probes` for sm_75, sm_80 and
 sm_90, assembles them with ``ptxas -v`` and disassembles them with
 ``nvdisasm`` (both from the NVIDIA wheels), and writes two tables to
 ``bench/RESULTS.md``: per kernel, registers, spill bytes, SASS instructions,
 atomic instructions and SC fences, the difference to the empty kernel and
 the ratio to the floor (one ``cuda.atomic.add`` bump); per common path, the
-SASS instructions it executes on sm_90 (:mod:`devalloc.paths`), next to the
+SASS instructions it executes on sm_90 (:mod:`devalloc.tools.paths`), next to the
 floor's, with its memory-ordering instructions and where most go.
 
 Run: ``.venv/bin/python bench/static_cost.py`` (after ``pip install -e ".[test]"``).
@@ -49,7 +49,7 @@ def main():
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("0", ""):
         sys.exit("static_cost needs the real CUDA target: unset NUMBA_ENABLE_CUDASIM")
     add_root_to_path()
-    from devalloc import paths, probes
+    from devalloc.tools import paths, probes
 
     rows = probes.measure(CCS)
     walked = paths.measure((9, 0))

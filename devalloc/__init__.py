@@ -12,19 +12,17 @@ can pick the GPU or the simulator before numba reads its configuration.
 
 import importlib
 import typing as _typing
-from importlib import metadata as _metadata
 
 if _typing.TYPE_CHECKING:  # what type checkers see; at run time these load on first use
     from .errors import (DevallocError, HeapClosedError, HeapCorruption, HeapExhausted,
                          OutOfMemoryError)
-    from .host import Ctx, DebugCtx, Heap, RunResult, ctx_type, debug_ctx_type
+    from .ctx import Ctx, DebugCtx, ctx_type, debug_ctx_type
+    from .host.heap import Heap
+    from .host.run import RunResult
     from .layout import ALIGN, NULL, PAGE, SCOPE_NONE
-    from .stats import ClassUsage, Usage
+    from .host.stats import ClassUsage, Usage
 
-try:
-    __version__ = _metadata.version("devalloc")
-except _metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
-    __version__ = "0+unknown"
+from ._version import __version__  # noqa: F401 (public)
 
 __all__ = [
     "ALIGN",
@@ -88,24 +86,27 @@ _WHERE = {
     "DebugCtx": "ctx",
     "debug_ctx_type": "ctx",
     "Ctx": "ctx",
-    "Heap": "host",
-    "replay": "replayer",
+    "Heap": "host.heap",
+    "replay": "tools.replayer",
     "ctx_type": "ctx",
     "ObsCtx": "ctx",
     "obs_ctx_type": "ctx",
-    "RunResult": "host",
+    "RunResult": "host.run",
     "DevallocError": "errors",
     "HeapClosedError": "errors",
     "HeapCorruption": "errors",
     "HeapExhausted": "errors",
     "OutOfMemoryError": "errors",
-    "ClassUsage": "stats",
-    "Usage": "stats",
+    "ClassUsage": "host.stats",
+    "Usage": "host.stats",
 }
 
 
-#: Submodules reachable as attributes without an explicit import.
-_SUBMODULES = ("aot", "device", "layout", "observed", "probes", "sim", "stats", "target")
+#: Submodules reachable as attributes without an explicit import. ``aot``,
+#: ``observed``, ``probes`` and ``stats`` are old paths (devalloc._moved: the
+#: moved module, with a DeprecationWarning).
+_SUBMODULES = ("device", "host", "layout", "sim", "target", "tools",
+               "aot", "observed", "probes", "stats")
 
 
 def _load():

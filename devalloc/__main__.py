@@ -18,7 +18,7 @@ on stdout instead of the report. ``--plot`` needs matplotlib
 shards on a local Dask cluster of N worker processes (``--scheduler`` on a
 running cluster; ``pip install 'devalloc[distributed]'``): the same answer
 as one process, and the report adds each worker's heap usage
-(:func:`devalloc.distributed.run_demo`). The report ends with one table
+(:func:`devalloc.host.distributed.run_demo`). The report ends with one table
 comparing the heap with count + scan + exact allocation, CUDA's malloc
 through NRT (on a GPU) and the worst case (``kernels/_methods.py``;
 ``--json``: ``methods``). Exit status 0 when the heap version and its twins
@@ -34,6 +34,11 @@ Where the examples come from: the repository's top-level ``kernels/``
 folder is installed as ``devalloc.examples`` (see ``devalloc._examples``),
 so the demo works from any directory after ``pip install`` (or ``-e``), and
 from a checkout on ``PYTHONPATH``.
+
+Longer than 500 lines because it is one command whose parts read one
+summary: the arguments and their checks, running an example (GPU,
+simulator or Dask workers) and the three outputs (text, ``--json``,
+``--plot``); the examples themselves are in ``kernels/``.
 """
 
 import argparse
@@ -188,7 +193,7 @@ def build_parser():
         "replay",
         help="replay an allocation trace on a fresh heap and print its usage",
         description=(
-            "Replay a trace written by devalloc.observed.write_csv (Heap(trace=N), "
+            "Replay a trace written by devalloc.host.observed.write_csv (Heap(trace=N), "
             "heap.trace()) on a fresh heap of CAPACITY bytes, one event at a time in "
             "sequence order, on the GPU if one is usable, else on the CUDA simulator; "
             "print the usage report. For sizing a heap: replay with smaller capacities "
@@ -208,7 +213,7 @@ def build_parser():
 
 def replay(args):
     """Run ``python -m devalloc replay``; return the exit status."""
-    from . import observed
+    from .host import observed
     from . import target as _target  # imports no numba
 
     try:
@@ -217,7 +222,7 @@ def replay(args):
         print(f"devalloc replay: {e}", file=sys.stderr)
         return EXIT_USAGE
     _target.choose()
-    from .replayer import replay as run_replay
+    from .tools.replayer import replay as run_replay
 
     try:
         u = run_replay(events, args.capacity, debug=args.debug)
@@ -227,7 +232,7 @@ def replay(args):
     if args.json:
         print(json.dumps({"file": str(args.file), "events": len(events), "usage": u.to_dict()}))
     else:
-        from .report import format_usage
+        from .host.report import format_usage
 
         print(format_usage(u, f"heap usage after replaying {len(events)} events of {args.file}"))
     return 0
@@ -382,7 +387,7 @@ def _where(target):
 
 def format_text(s, r):
     """Return the human-readable report of one run (``s`` from :func:`summary`)."""
-    from .report import format_usage, human_bytes
+    from .host.report import format_usage, human_bytes
 
     lines = [f"devalloc demo: {s['example']}, {s['threads']} threads, seed {s['seed']}, "
              f"on {_where(s['target'])}"]
@@ -422,7 +427,7 @@ def plot(path, s, r):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .report import human_bytes
+    from .host.report import human_bytes
 
     fig, (occ, foot) = plt.subplots(1, 2, figsize=(12, 4.5))
     snap = r.snapshot or r.usage
@@ -513,7 +518,7 @@ def demo(args):
             progress(warning)
     run = None
     if sharded:
-        from .distributed import run_demo
+        from .host.distributed import run_demo
 
         r, run = run_demo(args.example, args.threads, args.seed, workers=args.workers,
                           scheduler=args.scheduler, progress=progress)

@@ -2,9 +2,9 @@
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # annotations only: stats and debug_host import numba
-    from .debug_host import Record
-    from .stats import Usage
+if TYPE_CHECKING:  # annotations only: host.stats and host.debug import numba
+    from .host.debug import Record
+    from .host.stats import Usage
 
 
 class DevallocError(Exception):
@@ -36,7 +36,7 @@ class HeapCorruption(DevallocError):
     """Debug mode found misuse: invalid frees or overwritten guard bytes.
 
     ``records`` lists what was seen, first ones first: each a
-    :class:`devalloc.debug_host.Record` (kind, offset, block, thread).
+    :class:`devalloc.host.debug.Record` (kind, offset, block, thread).
     """
 
     def __init__(self, message: str, records: "list[Record]") -> None:
@@ -47,6 +47,6 @@ class HeapCorruption(DevallocError):
 class WorkerHeapError(DevallocError, RuntimeError):
     """No worker heap here: not inside a Dask task, or ``attach`` was not called.
 
-    Raised by :mod:`devalloc.distributed` (``worker_heap``, ``usage``,
+    Raised by :mod:`devalloc.host.distributed` (``worker_heap``, ``usage``,
     ``grow_worker_heap``); the message says which of the two it is.
     """

@@ -12,6 +12,13 @@ the **metadata** words, the **grant**, the **bump word**, the **scope
 state**, the **debug record**. Import-time asserts tie the derived
 constants together. Who writes each word, with which atomic, is in
 docs/correctness.md.
+
+Longer than 500 lines because it is the one home of every packed format
+(one section says what every bit of a word means, for host and device
+alike), and the import-time asserts tie constants of different sections
+together; a split would scatter the tables that must agree. The pure
+arithmetic of the porting API is apart (:mod:`devalloc.blocks`), so are the
+bit helpers (:mod:`devalloc.bits`).
 """
 
 from numba.cuda.extending import register_jitable

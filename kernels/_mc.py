@@ -21,7 +21,7 @@ and three functions:
   ``profile`` gives the heap profile counters (``usage().profile``).
 
 The split is what lets ``python -m devalloc demo --workers N``
-(:mod:`devalloc.distributed`) run the threads as shards on several workers:
+(:mod:`devalloc.host.distributed`) run the threads as shards on several workers:
 a shard's Runner starts at a global thread index, so each thread draws the
 same random numbers as in one process; :func:`combine` joins the shards in
 thread order, and ``result`` gives the answer a single process gives.
@@ -263,7 +263,7 @@ class Shard:
     counts: dict = field(default_factory=dict)
     #: Method name -> :class:`_methods.Method`: the comparison's rows.
     methods: dict = field(default_factory=dict)
-    #: Set by devalloc.distributed: the worker that ran it.
+    #: Set by devalloc.host.distributed: the worker that ran it.
     worker: str | None = None
 
     def failed(self):
@@ -275,11 +275,11 @@ def combine(shards):
     """Join shards that cover threads ``0 .. n - 1`` into one :class:`Shard`.
 
     Arrays are concatenated in thread order, usages and counts added up
-    (:func:`devalloc.stats.total_usage`: the figures of all the shards'
+    (:func:`devalloc.host.stats.total_usage`: the figures of all the shards'
     heaps together), ``identical`` holds if it holds for every shard.
     Raises ValueError if the shards leave a gap or overlap.
     """
-    from devalloc.stats import total_usage
+    from devalloc.host.stats import total_usage
 
     shards = sorted(shards, key=lambda s: s.start)
     at = 0
@@ -346,7 +346,7 @@ _ELEMENTS = ("float32", "float64", "int32", "int64", "boolean")
 
 
 def signatures(table):
-    """Return ``{kernel: argument types}`` for :func:`devalloc.aot.compile_ptx`.
+    """Return ``{kernel: argument types}`` for :func:`devalloc.tools.aot.compile_ptx`.
 
     ``table`` maps a kernel name to its arguments as words: ``ctx`` (a
     heap's ctx), ``states`` (RNG states), an element type (``int32``,

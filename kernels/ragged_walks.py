@@ -59,7 +59,7 @@ from numba.cuda.random import xoroshiro128p_next
 
 import devalloc
 
-from devalloc.gather import launches as gather_launches
+from devalloc.host.gather import launches as gather_launches
 
 from . import _mc, _methods
 

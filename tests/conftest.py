@@ -89,7 +89,7 @@ def session_cached(key, compute):
 
 def pytest_configure(config):
     # The session folder, made by the main process before pytest-xdist starts
-    # its workers. In it, the session's PTX cache (devalloc.aot.PTX_CACHE_ENV):
+    # its workers. In it, the session's PTX cache (devalloc.tools.aot.PTX_CACHE_ENV):
     # a kernel compiled by several test files' subprocesses is compiled once.
     if hasattr(config, "workerinput") or os.environ.get(SESSION_ENV):
         return

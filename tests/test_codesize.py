@@ -1,6 +1,6 @@
 """Budgets per call site: what each extra alloc/free/... in a kernel costs (issue 28).
 
-Compiled for sm_90 without a GPU (:mod:`devalloc.codesize`, in a subprocess
+Compiled for sm_90 without a GPU (:mod:`devalloc.tools.codesize`, in a subprocess
 with the real CUDA target), in both modes of :mod:`devalloc.device.outline`:
 inline (the default: every site is expanded in full) and out of line
 (``DEVALLOC_OUTLINE=1``: one copy of each body per kernel, a call per site).
@@ -17,12 +17,12 @@ import sys
 
 import pytest
 
-from devalloc import codesize
+from devalloc.tools import codesize
 from devalloc.device import outline
 
 MEASURE = """
 import json, sys
-from devalloc import codesize
+from devalloc.tools import codesize
 print(json.dumps(codesize.measure((9, 0), sys.argv[1].split(","), timing=False)))
 """
 
@@ -113,7 +113,7 @@ def test_an_extra_inline_call_site_costs_no_more_than_measured():
 
 PATHS = """
 import json, sys
-from devalloc import paths
+from devalloc.tools import paths
 print(json.dumps({f: paths.measure((9, 0), frames=f) for f in sys.argv[1].split(",")}))
 """
 

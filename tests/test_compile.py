@@ -40,7 +40,7 @@ def probe_result():
 
 QUICK_SM90 = """
 import json
-from devalloc import probes
+from devalloc.tools import probes
 names = ("empty", "alloc", "free", "alloc_view_free")
 print(json.dumps(probes.measure(((9, 0),), {n: probes.PROBES[n] for n in names})))
 """
@@ -117,7 +117,7 @@ def test_a_called_function_counts_in_the_kernels_registers(tmp_path):
     # cold paths out of line: ptxas reports, for a kernel, the registers of
     # everything it calls. The call stays a real CALL in the SASS here, and
     # the kernel still needs the callee's 24 live 64-bit values.
-    from devalloc import aot
+    from devalloc.tools import aot
 
     ptx = _called_function_ptx(24)
     r = aot.assemble(ptx, (9, 0))
@@ -250,7 +250,7 @@ def test_the_replay_kernel_compiles_for_the_gpu(probe_result):
 CACHED = """
 import json, os
 from numba import cuda
-from devalloc import aot, probes
+from devalloc.tools import aot, probes
 calls = []
 real = cuda.compile_ptx
 def counted(*args, **kwargs):
@@ -284,7 +284,7 @@ def test_the_ptx_cache_keys_what_the_ptx_depends_on():
     from numba import types
 
     import devalloc
-    from devalloc import aot, probes
+    from devalloc.tools import aot, probes
 
     sig = probes.SIG
     key = aot._cache_key(probes.k_alloc, sig, (9, 0), {})

@@ -3,8 +3,8 @@
 The rest of the suite compiles with the CUDA 13 wheels of the test extra.
 Here a venv with ``numba-cuda[cu12]`` (the same numba-cuda, numba and NumPy
 as this one) and the CUDA 12 ``nvidia-cuda-nvcc-cu12`` wheel (NVVM and
-ptxas) compiles every probe kernel of :mod:`devalloc.probes` for sm_75 and
-sm_90 with :func:`devalloc.aot.compile_ptx` and assembles it with ptxas 12.
+ptxas) compiles every probe kernel of :mod:`devalloc.tools.probes` for sm_75 and
+sm_90 with :func:`devalloc.tools.aot.compile_ptx` and assembles it with ptxas 12.
 There is no CUDA 12 nvdisasm wheel: the CUDA 13 one (the test extra's)
 disassembles ptxas 12's cubins for the SASS counts.
 
@@ -82,7 +82,7 @@ def cu12_python():
 
 SCRIPT = """
 import json, re, subprocess
-from devalloc import aot, probes
+from devalloc.tools import aot, probes
 from devalloc.sim import compat
 
 compat.check()

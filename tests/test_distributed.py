@@ -1,4 +1,4 @@
-"""devalloc.distributed on a local Dask cluster of 2 worker processes (simulator).
+"""devalloc.host.distributed on a local Dask cluster of 2 worker processes (simulator).
 
 The workers are spawned processes: they inherit NUMBA_ENABLE_CUDASIM=1 from
 tests/conftest.py and import this module to run its task functions, so
@@ -23,7 +23,7 @@ from numba import cuda
 import devalloc
 from devalloc import __main__ as cli
 from devalloc import _examples
-from devalloc import distributed as dd
+from devalloc.host import distributed as dd
 from devalloc import layout as L
 from devalloc.errors import DevallocError, WorkerHeapError
 
@@ -182,7 +182,8 @@ def test_workers_run_on_the_simulator(client):
 
 
 def test_before_attach_a_task_is_told_to_attach(client):
-    with pytest.raises(WorkerHeapError, match=r"has no devalloc heap; call devalloc\.distributed\.attach"):
+    with pytest.raises(WorkerHeapError,
+                       match=r"has no devalloc heap; call devalloc\.host\.distributed\.attach"):
         client.submit(heap_facts, pure=False).result()
     with pytest.raises(WorkerHeapError, match="attach"):
         dd.usage(client)

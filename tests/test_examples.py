@@ -149,7 +149,8 @@ _COMPILE = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np
-from devalloc import _examples, aot
+from devalloc import _examples
+from devalloc.tools import aot
 _examples.package()
 from devalloc.examples import _mc
 rows = []

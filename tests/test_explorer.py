@@ -362,7 +362,7 @@ def test_quiescent_checks_are_exact(corrupt, invariant):
 
 def drained_words(npages):
     """The metadata of an empty heap of ``npages`` pages, as Heap lays it out."""
-    from devalloc.host import free_index_template
+    from devalloc.host.heap import free_index_template
 
     words = [0] * L.meta_words(npages)
     at = L.free_tree(npages)

@@ -5,7 +5,7 @@ import pytest
 from numba import config, cuda
 
 import devalloc
-from devalloc import gather as G
+from devalloc.host import gather as G
 from devalloc.device import gather as K
 
 NULL = devalloc.NULL

@@ -140,7 +140,7 @@ import json, os, sys
 os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
 sys.path.insert(0, sys.argv[1])
 import devalloc
-from devalloc import aot
+from devalloc.tools import aot
 from numba import types
 from devalloc.gpucheck import stress
 sig = (devalloc.ctx_type, types.int64, types.int64, types.int64, types.int64[:, :])

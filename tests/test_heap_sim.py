@@ -17,7 +17,7 @@ from numba import cuda
 
 import devalloc
 from devalloc import layout as L
-from devalloc.stats import ClassUsage, Usage
+from devalloc.host.stats import ClassUsage, Usage
 from patterns import linear_id, pattern_ok, write_pattern
 
 

@@ -225,7 +225,7 @@ import sys
 import numpy as np
 from numba import types
 import devalloc
-from devalloc import aot
+from devalloc.tools import aot
 
 def k_alloc(ctx, n, out):
     out[0] = devalloc.alloc(ctx, n)

@@ -15,7 +15,7 @@ from numba import config, cuda
 
 import devalloc
 from devalloc import layout as L
-from devalloc.host import free_index_template
+from devalloc.host.heap import free_index_template
 from devalloc.testing.counting import touched
 
 NULL = devalloc.NULL

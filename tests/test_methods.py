@@ -180,7 +180,8 @@ _COMPILE_NRT = r"""
 import json, subprocess, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from devalloc import _examples, aot
+from devalloc import _examples
+from devalloc.tools import aot
 _examples.package()
 from devalloc.examples import _mc, _scan
 rows = []

@@ -20,7 +20,7 @@ from numba import cuda
 from numba.core.errors import TypingError
 
 import devalloc
-from devalloc import host
+from devalloc.host import heap as host
 from devalloc import layout as L
 
 
@@ -345,7 +345,7 @@ import json
 import numpy as np
 from numba import cuda, types
 import devalloc
-from devalloc import aot
+from devalloc.tools import aot
 
 def k_str(ctx, off, out):
     out[0] = devalloc.view(ctx, off, 4, "f4").shape[0]

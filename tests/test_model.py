@@ -32,7 +32,7 @@ from numba import cuda
 
 import devalloc
 from devalloc import layout as L
-from devalloc.stats import ClassUsage, Usage
+from devalloc.host.stats import ClassUsage, Usage
 
 NULL = devalloc.NULL
 NPAGES = 3

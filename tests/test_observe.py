@@ -7,7 +7,7 @@ from numba import cuda
 import devalloc
 from gpu_marks import COUNTS_ATOMICS
 from devalloc import layout as L
-from devalloc import observed
+from devalloc.host import observed
 
 NULL = devalloc.NULL
 

@@ -78,3 +78,10 @@ def test_version_falls_back_when_not_installed():
         "m.version = missing\n"
         "import devalloc; print(devalloc.__version__)")
     assert version == "0+unknown"
+
+
+def test_wheel_carries_every_module(wheel):
+    # Every module of the source tree's package (issue 31: its subpackages).
+    names = set(wheel.namelist())
+    source = {str(p.relative_to(ROOT)) for p in (ROOT / "devalloc").rglob("*.py")}
+    assert source - names == set(), sorted(source - names)

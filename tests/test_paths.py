@@ -1,4 +1,4 @@
-"""The path walker (devalloc.paths) on hand-written SASS: no compiler needed.
+"""The path walker (devalloc.tools.paths) on hand-written SASS: no compiler needed.
 
 The figures it gives for devalloc's own paths are pinned in
 tests/test_compile.py (they need NVVM and ptxas).
@@ -6,7 +6,7 @@ tests/test_compile.py (they need NVVM and ptxas).
 
 import pytest
 
-from devalloc import paths
+from devalloc.tools import paths
 
 F = "/src/k.py"
 

@@ -50,7 +50,8 @@ def figures():
 QUICK = """
 import json
 from numba import types
-from devalloc import aot, ctx_type
+from devalloc import ctx_type
+from devalloc.tools import aot
 from devalloc.testing import porting_probes as P
 rows = {}
 for name in ("array", "usable_size"):

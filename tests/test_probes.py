@@ -12,16 +12,16 @@ import sys
 
 import pytest
 
-from devalloc import probes
+from devalloc.tools import probes
 
 _HIDE = {
     "ptxas": """
-from devalloc import aot
+from devalloc.tools import aot
 found = aot._wheel_bin
 aot._wheel_bin = lambda tool: None if tool == "ptxas" else found(tool)
 """,
     "nvdisasm": """
-from devalloc import aot
+from devalloc.tools import aot
 found = aot._wheel_bin
 aot._wheel_bin = lambda tool: None if tool == "nvdisasm" else found(tool)
 """,

@@ -20,6 +20,6 @@ def test_readme_usage_snippet_runs(capsys):
     assert (u.allocs, u.frees, u.in_use, u.failed) == (0, 0, 0, 0)
     printed = capsys.readouterr().out
     n = int((sizes > 0).sum())
-    # print(usage) is the report table (devalloc/report.py): one row per figure.
+    # print(usage) is the report table (devalloc/host/report.py): one row per figure.
     for label, value in (("allocs", n), ("frees", n), ("failed", 0), ("invalid frees", 0)):
         assert re.search(rf"^  {label} +{value}$", printed, re.M), (label, printed)

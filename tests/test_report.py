@@ -9,8 +9,8 @@ from numba import cuda
 
 import devalloc
 from devalloc import layout as L
-from devalloc.report import WORKER_COLUMNS, format_usage, format_worker_usage, human_bytes
-from devalloc.stats import ClassUsage, Usage, live_blocks, total_usage
+from devalloc.host.report import WORKER_COLUMNS, format_usage, format_worker_usage, human_bytes
+from devalloc.host.stats import ClassUsage, Usage, live_blocks, total_usage
 
 BYTE_ROWS = {"capacity": "capacity", "in use": "in_use", "reserved": "reserved", "peak": "peak"}
 COUNT_ROWS = {"live blocks": "live_blocks", "allocs": "allocs", "frees": "frees",
@@ -209,7 +209,7 @@ def test_live_blocks_match_a_block_by_block_reading(npages):
 
 
 def test_live_blocks_unpacks_slabs_in_batches(monkeypatch):
-    from devalloc import stats
+    from devalloc.host import stats
 
     monkeypatch.setattr(stats, "_SLAB_BATCH", 3)
     test_live_blocks_match_a_block_by_block_reading(7)

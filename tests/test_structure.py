@@ -11,7 +11,8 @@ def test_the_host_side_imports_no_device_code():
     # without compiling or even importing a device function.
     code = (
         "import sys\n"
-        "import devalloc.host, devalloc.stats, devalloc.report, devalloc.debug_host, devalloc.ctx\n"
+        "import devalloc.host.heap, devalloc.host.stats, devalloc.host.report, "
+        "devalloc.host.debug, devalloc.ctx\n"
         "bad = sorted(m for m in sys.modules if m.startswith(('devalloc.device', 'devalloc.sim')))\n"
         "print(bad)\n"
     )

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC_MODULES = ["devalloc/__init__.py", "devalloc/host.py", "devalloc/stats.py",
-                  "devalloc/errors.py", "devalloc/debug_host.py"]
+PUBLIC_MODULES = ["devalloc/__init__.py", "devalloc/host/__init__.py", "devalloc/host/heap.py",
+                  "devalloc/host/capacity.py", "devalloc/host/reading.py", "devalloc/host/run.py",
+                  "devalloc/host/stats.py", "devalloc/errors.py", "devalloc/host/debug.py"]
 
 USER_PROGRAM = """
 import devalloc
@@ -55,14 +56,14 @@ def test_a_users_program_gets_devallocs_types(tmp_path):
     revealed = [line.split("Revealed type is ")[1].strip('"').replace("builtins.", "")
                 for line in out.splitlines() if "Revealed type is" in line]
     assert revealed == [
-        "devalloc.stats.Usage",
-        "dict[int, devalloc.stats.ClassUsage]",
+        "devalloc.host.stats.Usage",
+        "dict[int, devalloc.host.stats.ClassUsage]",
         "list[tuple[int, int]]",
         "def (kernel: Any, griddim: Any, blockdim: Any, *args: Any, ceiling: int, "
-        "growth: float =, max_attempts: int =) -> devalloc.host.RunResult",
+        "growth: float =, max_attempts: int =) -> devalloc.host.run.RunResult",
         "int",
-        "devalloc.host.Heap",
-        "devalloc.stats.Usage",
+        "devalloc.host.heap.Heap",
+        "devalloc.host.stats.Usage",
     ], out
     errors = [line for line in out.splitlines() if ": error:" in line]
     assert len(errors) == 1 and "resize" in errors[0] and '"str"' in errors[0], out

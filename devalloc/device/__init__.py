@@ -7,10 +7,11 @@ and the porting API (:mod:`.porting`: ``view``, ``array``, ``free_array``,
 ``calloc``, ``realloc``, ``usable_size``, ``alloc_aligned``, ``carve``,
 ``carve_end``; the intrinsics under it in :mod:`.intrinsics`). The paths behind them: :mod:`.core`
 (classify, group, serve, account), :mod:`.slab` (blocks up to 8 KiB),
-:mod:`.pages` (whole pages), :mod:`.bump`, :mod:`.scope`, :mod:`.warp`
-(aggregation), :mod:`.debug` (guards and records), :mod:`.observe`
-(profile and trace), :mod:`.outline` (one out-of-line copy of a body per
-kernel, opt-in), :mod:`._meta` (helpers every path uses, and the rules
+:mod:`.pages` (whole pages), :mod:`.bumpalloc`, :mod:`.scope` (and
+:mod:`.chunks`, its calls into the heap), :mod:`.warp` (aggregation),
+:mod:`.debug` (guards and records), :mod:`.observe` (profile and trace),
+:mod:`.kinds` (which path a ctx takes), :mod:`.outline` (one out-of-line
+copy of a body per kernel, opt-in), :mod:`._meta` (helpers every path uses, and the rules
 every device function follows). The host side imports none
 of this; the shared formats are in :mod:`devalloc.layout`.
 """
@@ -20,8 +21,8 @@ from .porting import (alloc_aligned, array, calloc, carve, carve_end, free_array
                       usable_size, view)
 
 #: The modules of the device package, for the interleaving explorer.
-MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "api", "bumpalloc",
-           "scope", "observe", "intrinsics", "porting", "gather", "outline")
+MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "kinds", "chunks",
+           "api", "bumpalloc", "scope", "observe", "intrinsics", "porting", "gather", "outline")
 
 __all__ = ["alloc", "alloc_aligned", "array", "bump", "calloc", "carve", "carve_end", "free",
            "free_array", "mark", "realloc", "release", "scoped", "usable_size", "view"]

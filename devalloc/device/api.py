@@ -8,26 +8,17 @@ A kernel calls ``devalloc.alloc(ctx, n)`` (and ``free``, ``bump``, ``mark``,
 :class:`~devalloc.ctx.ObsCtx`) :mod:`devalloc.device.observe`. On the GPU the
 choice is made when the kernel is compiled, from the ctx's Numba type (an
 ``@overload``), so the normal path carries no other branch; on the simulator
-it is made at call time. ``chunk_alloc``/``chunk_free`` are scoped
-scratch's own (never traced), ``scratch_poison``/``scratch_check`` its debug
-hooks (no-ops normally).
+it is made at call time (the kind of heap: :mod:`devalloc.device.kinds`).
+Scoped scratch's own calls into the heap (``chunk_alloc``, ``chunk_free``
+and the debug hooks) are in :mod:`devalloc.device.chunks`.
 """
 
-from numba import config, types
+from numba import config
 
-from ..ctx import DebugCtx, ObsCtx
 from . import bumpalloc as _bump
 from . import core, debug, observe, scope
-
-_NORMAL, _DEBUG, _OBSERVED = 0, 1, 2
-
-
-def _kind_of_class(cls):
-    return _DEBUG if cls is DebugCtx else _OBSERVED if cls is ObsCtx else _NORMAL
-
-
-def _kind(ctx):
-    return _kind_of_class(type(ctx))
+# (all of them read as api._X by devalloc.device.porting too)
+from .kinds import _DEBUG, _NORMAL, _OBSERVED, _kind, _kind_of_class, _kind_of_type  # noqa: F401
 
 
 def alloc(ctx, nbytes):
@@ -82,45 +73,6 @@ def release(ctx, s, m):
     return scope.release(ctx, s, m)
 
 
-def chunk_alloc(ctx, nbytes):
-    """``alloc`` for scoped scratch's chunks: as ``alloc``, never traced."""
-    if _kind(ctx) == _OBSERVED:
-        return observe.chunk_alloc(ctx, nbytes)
-    return alloc(ctx, nbytes)
-
-
-def chunk_free(ctx, off):
-    """``free`` for scoped scratch's chunks: as ``free``, never traced."""
-    if _kind(ctx) == _OBSERVED:
-        observe.chunk_free(ctx, off)
-    else:
-        free(ctx, off)
-
-
-def scratch_poison(ctx, off, n):
-    """Debug heaps: poison released scoped bytes. Normal heaps: nothing."""
-    k = _kind(ctx)
-    if k == _DEBUG:
-        debug.scratch_poison(ctx, off, n)
-    elif k == _OBSERVED:
-        observe.scratch_poison(ctx, off, n)
-
-
-def scratch_check(ctx, off, n):
-    """Debug heaps: check scoped bytes are still poison. Normal heaps: nothing."""
-    k = _kind(ctx)
-    if k == _DEBUG:
-        debug.scratch_check(ctx, off, n)
-    elif k == _OBSERVED:
-        observe.scratch_check(ctx, off, n)
-
-
-def _kind_of_type(ctx):
-    if isinstance(ctx, types.NamedTuple):
-        return _kind_of_class(ctx.instance_class)
-    return _NORMAL
-
-
 if not config.ENABLE_CUDASIM:
     from numba.cuda.extending import overload
 
@@ -164,27 +116,3 @@ if not config.ENABLE_CUDASIM:
         if _kind_of_type(ctx) == _OBSERVED:
             return lambda ctx, s, m: observe.release(ctx, s, m)
         return lambda ctx, s, m: scope.release(ctx, s, m)
-
-    @overload(chunk_alloc, target="cuda")
-    def _chunk_alloc(ctx, nbytes):
-        if _kind_of_type(ctx) == _OBSERVED:
-            return lambda ctx, nbytes: observe.chunk_alloc(ctx, nbytes)
-        return lambda ctx, nbytes: alloc(ctx, nbytes)
-
-    @overload(chunk_free, target="cuda")
-    def _chunk_free(ctx, off):
-        if _kind_of_type(ctx) == _OBSERVED:
-            return lambda ctx, off: observe.chunk_free(ctx, off)
-        return lambda ctx, off: free(ctx, off)
-
-    @overload(scratch_poison, target="cuda")
-    def _poison(ctx, off, n):
-        return (lambda ctx, off, n: None,
-                lambda ctx, off, n: debug.scratch_poison(ctx, off, n),
-                lambda ctx, off, n: observe.scratch_poison(ctx, off, n))[_kind_of_type(ctx)]
-
-    @overload(scratch_check, target="cuda")
-    def _check(ctx, off, n):
-        return (lambda ctx, off, n: None,
-                lambda ctx, off, n: debug.scratch_check(ctx, off, n),
-                lambda ctx, off, n: observe.scratch_check(ctx, off, n))[_kind_of_type(ctx)]

@@ -7,7 +7,7 @@ SCAN_THREADS * SCAN_ITEMS values (each thread sums its SCAN_ITEMS, thread 0
 scans the threads' sums in shared memory, each thread writes its items'
 prefixes: two barriers per block, which keeps the simulator fast too) and
 leaves its total; the host scans the totals the same way, recursively, and
-:func:`add_block_sums` adds them back. Launched by :mod:`devalloc.gather`
+:func:`add_block_sums` adds them back. Launched by :mod:`devalloc.host.gather`
 (the host side), on the heap's stream. No heap metadata is touched except
 by :func:`free_rows`, through the public ``free``.
 """

@@ -18,7 +18,8 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import bumpalloc as _bump
-from . import core, debug, scope
+from . import scope
+from .chunks import observed_chunk_alloc, observed_chunk_free
 
 
 @cuda.jit(device=True)
@@ -75,25 +76,9 @@ def _arena_bytes(ctx):
 
 
 @cuda.jit(device=True)
-def chunk_alloc(ctx, nbytes):
-    """``alloc`` without a record: scoped scratch's chunks (their scoped calls are recorded)."""
-    if ctx.debug.shape[0] > 0:
-        return debug.alloc(ctx, nbytes)
-    return core.alloc_site(ctx, nbytes)
-
-
-@cuda.jit(device=True)
-def chunk_free(ctx, off):
-    """``free`` without a record; 1 if it freed a block (or ``off`` is NULL), else 0."""
-    if ctx.debug.shape[0] > 0:
-        return debug.free(ctx, off)
-    return core.free_site(ctx, off)
-
-
-@cuda.jit(device=True)
 def alloc(ctx, nbytes):
     """Observed ``alloc``: see :func:`devalloc.device.core.alloc`; plus a record."""
-    off = chunk_alloc(ctx, nbytes)
+    off = observed_chunk_alloc(ctx, nbytes)
     if off == L.NULL:
         _failed(ctx, nbytes, _arena_bytes(ctx))
     _record(ctx, _seq(ctx), L.OP_ALLOC, nbytes, off)
@@ -105,7 +90,7 @@ def free(ctx, off):
     """Observed ``free``: see :func:`devalloc.device.core.free`; plus a record."""
     seq = _seq(ctx)  # before the free: a reuse of the block comes after it
     op = L.OP_FREE
-    if not chunk_free(ctx, off):
+    if not observed_chunk_free(ctx, off):
         op = L.OP_FREE_INVALID
     _record(ctx, seq, op, 0, off)
 
@@ -144,17 +129,3 @@ def release(ctx, s, m):
     s2 = scope.release(ctx, s, m)
     _record(ctx, _seq(ctx), L.OP_RELEASE, 0, m)
     return s2
-
-
-@cuda.jit(device=True)
-def scratch_poison(ctx, off, n):
-    """Debug hooks of scoped scratch on an observed heap that is a debug heap too."""
-    if ctx.debug.shape[0] > 0:
-        debug.scratch_poison(ctx, off, n)
-
-
-@cuda.jit(device=True)
-def scratch_check(ctx, off, n):
-    """As :func:`scratch_poison`."""
-    if ctx.debug.shape[0] > 0:
-        debug.scratch_check(ctx, off, n)

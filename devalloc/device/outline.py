@@ -16,7 +16,7 @@ no stack frame. docs/outline.md has the measurements behind it.
 Who may call: the device paths (``core.alloc_site``/``free_site``, bump's
 claim, scoped's new chunk). What the call adds to a walked path (argument
 moves, ``CALL``, ``RET``, the callee's code) is measured by
-:mod:`devalloc.paths`, which follows the call (docs/outline.md): alloc's
+:mod:`devalloc.tools.paths`, which follows the call (docs/outline.md): alloc's
 paths +7 and +9 instructions, free's +20 and +21. With line info (the walker's builds) the wrapper gets a debug
 scope in ``f``'s file, so the body it inlines keeps its source lines. Warp intrinsics inside ``f`` keep their
 meaning: the lanes that enter the call together are the lanes active at the
@@ -94,7 +94,7 @@ else:
     def _flags(f):
         # The flags a device function gets from @cuda.jit (numba.cuda.compiler):
         # NumPy's error model (no exception paths: the default "python" one
-        # adds them) and f's line info (devalloc.paths walks by it).
+        # adds them) and f's line info (devalloc.tools.paths walks by it).
         try:
             from numba.cuda.flags import CUDAFlags as Flags
         except ImportError:  # numba-cuda releases that use numba's own flags
@@ -112,7 +112,7 @@ else:
         # (its own compile unit, line directives only), and the location of
         # the call to pyfunc's body: its def line. Without one NVVM drops
         # the locations of the body it inlines into the wrapper, and the
-        # path walker (devalloc.paths) could not find its waypoints there.
+        # path walker (devalloc.tools.paths) could not find its waypoints there.
         code = pyfunc.__code__
         path = os.path.abspath(code.co_filename)
         difile = mod.add_debug_info("DIFile", {"directory": os.path.dirname(path),
@@ -159,7 +159,7 @@ else:
                 vals = iter(fn.args)
                 inner = [_rebuild(context, body, t, vals) for t in sig.args]
                 # Numba's cache of subroutines does not key the flags: a
-                # compilation with line info (devalloc.paths) is not cached.
+                # compilation with line info (devalloc.tools.paths) is not cached.
                 flags = _flags(f)
                 cres = context.compile_subroutine(body, pyfunc, sig, flags=flags,
                                                   caching=not flags.debuginfo)

@@ -14,6 +14,11 @@ Who may call: any thread, in divergent code too, as ``alloc``/``free``.
 ``array`` and the shaped ``view`` return arrays a kernel may keep in a
 local variable; they are inlined into the caller (a device function may not
 return an array it created otherwise).
+
+Longer than 500 lines because each of its public functions has its
+simulator body and its GPU ``@overload`` per heap kind side by side, so
+that the two cannot drift apart; the byte arithmetic under them is already
+apart (:mod:`devalloc.blocks`).
 """
 
 from numba import config, cuda, int64

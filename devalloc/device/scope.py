@@ -7,8 +7,8 @@ Inside a kernel (``s`` is a plain int64 local the thread keeps)::
     s = devalloc.release(ctx, s, m)            # everything since m is gone
 
 The state packs the current chunk, the bytes used in it and the depth
-(layout.py, "scope state"). Chunks are heap blocks taken with the public
-``alloc`` (so debug heaps guard them), chained through a 32-byte header read
+(layout.py, "scope state"). Chunks are heap blocks taken with the heap's
+own ``alloc`` (:mod:`.chunks`: so debug heaps guard them), chained through a 32-byte header read
 and written with plain accesses by their one thread; inner releases keep
 them for the next scopes, the outermost frees them. Misuse changes nothing
 and counts ``scope_misuse``. Details: docs/correctness.md, "Bump and scoped
@@ -18,7 +18,7 @@ scratch".
 from numba import cuda, int64
 
 from .. import layout as L
-from . import api
+from . import chunks
 from ._meta import _count, _npages, _pcount, _prof_of, _stripe
 from .outline import outline
 
@@ -79,7 +79,7 @@ def _chunk_changed(meta, taken, delta_bytes):
 @cuda.jit(device=True)
 def _free_chunk(ctx, chunk):
     size = _word(ctx.arena, chunk + L.CHUNK_SIZE)
-    api.chunk_free(ctx, chunk)
+    chunks.chunk_free(ctx, chunk)
     _chunk_changed(ctx.meta, -1, -_reserved(size))
 
 
@@ -101,7 +101,7 @@ def mark(ctx, s):
 def _new_chunk(ctx, prev, size, have):
     """Take a chunk for a request of ``size`` bytes after chunk ``prev``; offset or NULL.
 
-    Through the public ``alloc`` (so a debug heap gives chunks guard bytes);
+    Through the heap's ``alloc`` (:mod:`.chunks`: a debug heap gives chunks guard bytes);
     when the preferred size fails and a smaller retry is made, one of the
     two failures ``alloc`` counted is taken back: one request, one count
     (and, on a profiled heap, the first try's ``failed_full`` when it could
@@ -111,11 +111,11 @@ def _new_chunk(ctx, prev, size, have):
     need = size + L.SCOPE_HEADER
     want = max(2 * have, 4 * size + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK)
     want = min(want, L.SCOPE_MAX_CHUNK)
-    new = api.chunk_alloc(ctx, want)
+    new = chunks.chunk_alloc(ctx, want)
     if new == L.NULL and need < want:
         first = want
         want = need
-        new = api.chunk_alloc(ctx, want)
+        new = chunks.chunk_alloc(ctx, want)
         # Failure stripe: add -1; two tries are one request, counted at most once.
         cuda.atomic.add(meta, L.stripe_word(_stripe(), L.S_FAILED), -1)
         if first + L.GUARD <= (_npages(ctx) << L.PAGE_SHIFT):  # the first try fitted the arena
@@ -129,7 +129,7 @@ def _new_chunk(ctx, prev, size, have):
     if prev >= 0:
         _set_word(arena, prev + L.CHUNK_NEXT, new + 1)
     _chunk_changed(meta, 1, _reserved(want))
-    api.scratch_poison(ctx, new + L.SCOPE_HEADER, want - L.SCOPE_HEADER)
+    chunks.scratch_poison(ctx, new + L.SCOPE_HEADER, want - L.SCOPE_HEADER)
     return new
 
 
@@ -207,7 +207,7 @@ def scoped(ctx, s, nbytes):
             return int64(L.NULL), s
         have = _word(arena, chunk + L.CHUNK_SIZE)
         if cursor + size <= have:
-            api.scratch_check(ctx, chunk + cursor, size)
+            chunks.scratch_check(ctx, chunk + cursor, size)
             return chunk + cursor, L.scope_advance(s, size)
         spare = _word(arena, chunk + L.CHUNK_NEXT) - 1
         if spare >= 0 and not _chunk_ok(arena, spare):
@@ -216,7 +216,7 @@ def scoped(ctx, s, nbytes):
             return int64(L.NULL), s
         if spare >= 0:
             if L.SCOPE_HEADER + size <= _word(arena, spare + L.CHUNK_SIZE):
-                api.scratch_check(ctx, spare + L.SCOPE_HEADER, size)
+                chunks.scratch_check(ctx, spare + L.SCOPE_HEADER, size)
                 return spare + L.SCOPE_HEADER, L.pack_scope(spare, L.SCOPE_HEADER + size, depth)
             _free_from_out(ctx, spare)  # too small: replaced by a larger one
             _set_word(arena, chunk + L.CHUNK_NEXT, 0)
@@ -287,7 +287,7 @@ def _poison_since(ctx, chunk, mchunk, mcursor):
             return
         size = _word(arena, c + L.CHUNK_SIZE)
         if c == mchunk:
-            api.scratch_poison(ctx, c + mcursor, size - mcursor)
+            chunks.scratch_poison(ctx, c + mcursor, size - mcursor)
             return
-        api.scratch_poison(ctx, c + L.SCOPE_HEADER, size - L.SCOPE_HEADER)
+        chunks.scratch_poison(ctx, c + L.SCOPE_HEADER, size - L.SCOPE_HEADER)
         c = _word(arena, c + L.CHUNK_PREV) - 1

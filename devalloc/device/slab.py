@@ -10,6 +10,12 @@ rank (``_alloc_small``). The index is a hint, the state ``cas`` decides.
 Callers: :mod:`devalloc.device.core` (and the interleaving explorer, which
 runs these functions' ``py_func``). Invariants, ordering and progress
 arguments: docs/correctness.md.
+
+Longer than 500 lines because every function that touches a slab's state
+word and bitmap is here, so that the ``cas``, ``and`` and ``or`` racing on
+those words name each other as rivals in one file (as
+docs/correctness.md's arguments read them); the page index (:mod:`.index`)
+and whole pages (:mod:`.pages`) are already apart.
 """
 
 import numpy as np

@@ -125,7 +125,7 @@ def tests(mode):
         env.pop("DEVALLOC_TEST_GPU", None)
     else:
         env["DEVALLOC_TEST_GPU"] = "1"
-        from .. import aot
+        from ..tools import aot
 
         for tool in ("ptxas", "nvdisasm"):  # the compile checks: wheels, else the toolkit's
             var = "DEVALLOC_" + tool.upper()

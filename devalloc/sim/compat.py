@@ -8,7 +8,7 @@ thread runs a device function of it, the kernel call and the launch's
 simulated module (the fast launches of :mod:`.launch`), its device array class
 (``Heap(memory=...)``) and device functions' ``py_func`` (the interleaving
 explorer); on the real CUDA target, the name through which the compiler
-asks for the current device (:func:`devalloc.aot.assume_device`) and the
+asks for the current device (:func:`devalloc.tools.aot.assume_device`) and the
 driver's memset. Each is one
 :class:`Need` in :data:`NEEDS`, with what reads it and a probe that says what
 moved. :func:`check` runs the probes for the target in use and raises
@@ -368,7 +368,7 @@ def check(simulator: bool | None = None) -> None:
     found = problems(simulator)
     if not found:
         return
-    from .. import __version__
+    from .._version import __version__
 
     lines = "\n".join(f"  - {p}" for p in found)
     raise NumbaCudaMismatch(

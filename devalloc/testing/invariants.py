@@ -20,6 +20,11 @@ holds after every step; :func:`check_quiescent` adds the exact, strong
 invariants that only hold at quiescent states (both check the page index:
 :func:`check_index`); :func:`check_drained` is the end state once every
 block has been freed.
+
+Longer than 500 lines because the model and the invariant checks decode the
+same metadata words (states, bitmaps, page index, counters) against the
+same live blocks; apart, each would decode them again. Running the device
+code is apart (:mod:`.machine`), so is choosing the runs (:mod:`.explorer`).
 """
 
 import functools
@@ -28,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import layout as L
-from ..stats import usage_from_meta
+from ..host.stats import usage_from_meta
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1

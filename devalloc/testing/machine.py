@@ -41,6 +41,15 @@ is the sequence of thread numbers chosen at each step. :class:`Machine`
 runs steps, keeps the sequential model of the history
 (:class:`~devalloc.testing.invariants.Model`) and checks the invariants;
 :mod:`devalloc.testing.explorer` decides which schedules to run.
+
+Longer than 500 lines because the fake device (:class:`FakeCuda`,
+:class:`SharedMeta`), installing it into the device modules
+(:func:`installed`, :class:`FakeApi`) and the :class:`Machine` that steps
+the logical threads share one scheduler state (the running logical thread,
+``_tls.thread``) and one rule (which globals of the device modules are
+swapped while a run is in progress); each section is one of them. Choosing
+the runs is apart (:mod:`.explorer`), so are the model and the checks
+(:mod:`.invariants`) and warp groups (:mod:`.groups`).
 """
 
 import contextlib
@@ -56,7 +65,7 @@ import numpy as np
 from numba.core import types as numba_types
 
 from .. import layout as L
-from ..host import free_index_template
+from ..host.heap import free_index_template
 from . import groups
 from .room import could_serve
 from .invariants import (INT64_MAX, INT64_MIN, Fault, Model, check_drained, check_quiescent,
@@ -501,8 +510,9 @@ def installed(overrides=None):
     fake = FakeCuda()
     fake_warp = groups.FakeWarp(lambda: getattr(_tls, "thread", None))
     from ..device import api as real_api
+    from ..device import chunks as real_chunks
 
-    fake_api = FakeApi(real_api)
+    fake_api = FakeApi(real_api, real_chunks)
     saved = []
     if not _INSTALL_LOCK.acquire(timeout=STEP_TIMEOUT):
         raise RuntimeError("another exploration holds the device modules")
@@ -532,7 +542,7 @@ def installed(overrides=None):
                     new = fake
                 elif name == "warp" and isinstance(v, types.ModuleType):
                     new = fake_warp
-                elif name == "api" and v is real_api:
+                elif (name, v) in (("api", real_api), ("chunks", real_chunks)):
                     new = fake_api
                 elif _is_dispatcher(v):
                     new = v.py_func
@@ -558,18 +568,20 @@ def installed(overrides=None):
 
 
 class FakeApi:
-    """:mod:`devalloc.device.api` as scoped scratch sees it while exploring.
+    """The device API (:mod:`~devalloc.device.api`, :mod:`~devalloc.device.chunks`) while exploring.
 
-    The real ``chunk_alloc``/``chunk_free`` (so the real device code runs), with
-    each chunk they take or give back told to the model as an operation of
-    its own: a chunk is a heap block like any other until ``usage()``
-    reports it apart.
+    Stands for both modules' globals (``api`` in the porting API, ``chunks``
+    in scoped scratch). The real ``chunk_alloc``/``chunk_free`` (so the real
+    device code runs), with each chunk they take or give back told to the
+    model as an operation of its own: a chunk is a heap block like any other
+    until ``usage()`` reports it apart.
     """
 
-    def __init__(self, api):
+    def __init__(self, api, chunks):
         self._api = api
-        self.scratch_poison = api.scratch_poison
-        self.scratch_check = api.scratch_check
+        self._chunks = chunks
+        self.scratch_poison = chunks.scratch_poison
+        self.scratch_check = chunks.scratch_check
 
     def chunk_alloc(self, ctx, nbytes):
         t = _tls.thread
@@ -580,7 +592,7 @@ class FakeApi:
         t.chunks += 1
         t.events.append(("start", "alloc", (), 1))
         t.touched = False
-        off = int(self._api.chunk_alloc(ctx, nbytes))
+        off = int(self._chunks.chunk_alloc(ctx, nbytes))
         t.events.append(("alloc", -t.chunks, int(nbytes), off, True))
         t.null_in = t.scoped_calls if off == L.NULL else -1
         return off
@@ -589,7 +601,7 @@ class FakeApi:
         t = _tls.thread
         t.events.append(("start", "free", (int(off),), 1))
         t.touched = False
-        self._api.chunk_free(ctx, off)
+        self._chunks.chunk_free(ctx, off)
         t.events.append(("free", "free"))
 
     # The porting API's own alloc and free (realloc's new block and its free

@@ -15,7 +15,7 @@ import numpy as np
 from numba import cuda, types
 
 import devalloc
-from devalloc import aot
+from devalloc.tools import aot
 from devalloc.ctx import ctx_type, debug_ctx_type, obs_ctx_type
 
 

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass
 
 from .. import layout as L
-from .explorer import Scenario, ThreadSpec
+from .machine import Scenario, ThreadSpec
 
 
 def _t(block, thread, *ops):

@@ -1,4 +1,4 @@
-"""Host side: the :class:`Heap` that owns (or borrows) the device memory.
+"""The :class:`Heap`: making a heap and owning (or borrowing) its device memory.
 
 A heap is two device arrays: the arena (the bytes handed to threads) and the
 ``int64`` metadata (layout in :mod:`devalloc.layout`). ``heap.ctx`` bundles
@@ -14,67 +14,29 @@ Which calls synchronize the host:
 ``resize``/``run`` ``resize`` never; ``run`` synchronizes after every attempt
 ``close``          never
 =================  ==========================================================
+
+Here: making the memory (allocated, or carved out of ``memory=``), owning it
+(``ctx``, ``arena``, ``reset``, ``resize``, ``close``) and copying it back
+(``_snapshot``). What reads it is :class:`~devalloc.host.reading.Reading`
+(``usage``, ``trace``, ``live``, ``check``), what runs kernels on it
+:class:`~devalloc.host.run.Running` (``run``): both are parts of ``Heap``.
 """
 
 import math
 import numbers
 import os
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 from numba import config, cuda
 
-from . import layout as L
+from .. import layout as L
+from ..ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
+from ..errors import HeapClosedError, OutOfMemoryError
 from . import observed
-from .ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
-from .debug_host import describe, find_corruption, requested_size
-from .errors import HeapClosedError, HeapCorruption, HeapExhausted, OutOfMemoryError
-from .stats import Usage, live_blocks, usage_from_meta
-
-
-
-#: Bytes a ``memory=`` buffer may spend aligning the metadata, then the
-#: arena, to 256 bytes (at most 255 before each).
-ALIGN_SLACK = 2 * 255
-#: The smallest ``memory=`` buffer (or capacity inside one) a heap fits in,
-#: whatever the buffer's address: one page, its metadata and the alignment.
-MIN_MEMORY = L.MIN_MEMORY_BYTES + ALIGN_SLACK
-
-
-def check_capacity(capacity, least=L.MIN_CAPACITY):
-    """Return ``capacity`` as an int, or raise TypeError/ValueError saying why.
-
-    ``least`` is :data:`MIN_MEMORY` for a heap inside a ``memory=`` buffer.
-    """
-    if isinstance(capacity, (bool, np.bool_)) or not isinstance(
-        capacity, numbers.Integral
-    ):
-        raise TypeError(
-            "Heap capacity must be an integer number of bytes (int or NumPy "
-            f"integer), got {type(capacity).__name__}: {capacity!r}"
-        )
-    capacity = int(capacity)
-    if capacity < least and least == L.MIN_CAPACITY:
-        raise ValueError(
-            f"Heap capacity must be at least {least} bytes (one page; the "
-            f"metadata is allocated beside it), got {capacity}"
-        )
-    if capacity < least:  # inside memory=
-        raise ValueError(
-            f"memory= is too small: a heap inside it needs at least {least} bytes "
-            f"(metadata, one {L.PAGE}-byte page and up to {ALIGN_SLACK} bytes of "
-            f"256-byte alignment), got {capacity}"
-        )
-    most = (L.capacity_for_pages if least == L.MIN_CAPACITY else L.memory_for_pages)(
-        L.MAX_PAGES + 1) - 1
-    if capacity > most:
-        raise ValueError(
-            f"Heap capacity must be at most {most} bytes ({L.MAX_PAGES} pages: "
-            f"page numbers must fit devalloc's packed words), got {capacity}"
-        )
-    return capacity
+from .capacity import ALIGN_SLACK, MIN_MEMORY, check_capacity  # noqa: F401 (re-exported)
+from .reading import Reading
+from .run import RunResult, Running  # noqa: F401 (re-exported)
 
 
 def _check_spread(spread):
@@ -173,16 +135,7 @@ _PASS_CTX = (
 )
 
 
-@dataclass(frozen=True)
-class RunResult:
-    """What :meth:`Heap.run` did: the final usage, launches, final capacity."""
-
-    usage: Usage
-    attempts: int
-    capacity: int
-
-
-class Heap:
+class Heap(Reading, Running):
     """A device heap of ``capacity`` bytes that kernels allocate from.
 
     :param capacity: bytes kernels can be served, rounded down to whole
@@ -379,7 +332,7 @@ class Heap:
 
         Row ``i`` is ``counts[i]`` items of ``dtype`` at ``offsets[i]``;
         ``free=True`` frees the blocks. Computed on the GPU; see
-        :func:`devalloc.gather.gather` (NULL rows, ``fill``, errors).
+        :func:`devalloc.host.gather.gather` (NULL rows, ``fill``, errors).
         """
         from .gather import gather
         return gather(self, offsets, counts, dtype, free=free, fill=fill)
@@ -387,7 +340,7 @@ class Heap:
     def array(self, off: int, shape: Any, dtype: Any) -> Any:
         """Return the block at ``off`` as a device array of ``shape`` and ``dtype``, no copy.
 
-        See :func:`devalloc.gather.block_array` (checks and lifetime).
+        See :func:`devalloc.host.gather.block_array` (checks and lifetime).
         """
         from .gather import block_array
         return block_array(self, off, shape, dtype)
@@ -426,69 +379,6 @@ class Heap:
         self._meta[at:at + self._index.size].copy_to_device(self._index, stream=stream)
         self._meta[L.H_SPREAD_MAX:L.H_SPREAD_MAX + 1].copy_to_device(self._spread_max, stream=stream)
 
-    def usage(self, stream: Any = None) -> Usage:
-        """Synchronize ``stream`` (default: the heap's) and return the :class:`Usage`.
-
-        On a heap made with ``profile=True``, ``usage().profile`` holds the
-        profile counters (``devalloc.layout.PROF_NAMES``); otherwise it is None.
-        """
-        meta = self._snapshot(self._meta, stream)
-        u = usage_from_meta(meta, self.npages)
-        if self.profile:
-            u = dataclasses.replace(u, profile=observed.profile_dict(
-                self._snapshot(self._prof, stream)))
-        return u
-
-    def trace(self, stream=None):
-        """Synchronize and return the recorded events, in sequence order.
-
-        A :class:`~devalloc.observed.Trace`: a NumPy structured array with
-        the fields ``seq``, ``op`` (alloc, free, free_invalid, bump, mark,
-        scoped, release), ``nbytes``, ``offset`` (NULL for a failure; a
-        mark's or release's mark) and ``thread`` (global linear thread
-        index), and ``.dropped``, the events past ``trace=N`` that were
-        counted but not kept. ``reset`` clears it. Heaps made with ``trace=N`` only.
-        """
-        if not self.trace_room:
-            raise ValueError("trace() needs a heap made with trace=N (the events to keep)")
-        return observed.decode_trace(self._snapshot(self._trace, stream), self.trace_room)
-
-    def live(self, stream: Any = None) -> list[tuple[int, int]]:
-        """Synchronize and list the live blocks as ``(offset, size)`` pairs.
-
-        ``size`` is the requested size on a debug heap (kept outside the
-        arena, so an overrun cannot change it), the reserved size (size class
-        or whole pages) otherwise. Leaks at the end of a phase show up here.
-        Every block ``alloc`` handed out is listed, threads' scoped-scratch
-        chunks too: they are blocks of this heap, but ``usage().live_blocks``
-        leaves them out (it counts ``alloc``/``free`` blocks) and counts them
-        in ``usage().scoped_chunks``, so ``len(heap.live())`` is
-        ``live_blocks + scoped_chunks``. Bump blocks are not listed.
-        """
-        meta = self._snapshot(self._meta, stream)
-        blocks = live_blocks(meta, self.npages)
-        if not self.debug:
-            return blocks
-        sizes = self._snapshot(self._sizes, stream)
-        return [(off, requested_size(sizes, off, size)) for off, size in blocks]
-
-    def check(self, stream: Any = None) -> None:
-        """Synchronize and raise :class:`HeapCorruption` if misuse was seen.
-
-        Debug heaps only. Reports the invalid frees and overwritten guards
-        recorded by ``free`` (with block and thread), and checks the guard
-        bytes of every live block now. Returns None when all is well.
-        """
-        if not self.debug:
-            raise ValueError("check() needs a debug heap: Heap(capacity, debug=True)")
-        debug = self._snapshot(self._debug, stream)
-        meta = self._snapshot(self._meta, stream)
-        arena = self._snapshot(self._arena, stream)
-        sizes = self._snapshot(self._sizes, stream)
-        records = find_corruption(debug, arena, sizes, live_blocks(meta, self.npages))
-        if records:
-            raise HeapCorruption(describe(records), records)
-
     def _stream(self, stream):
         return self.stream if stream is None else _check_stream(stream, "stream")
 
@@ -517,80 +407,6 @@ class Heap:
             (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
              self._ctx, self.requested, self.npages, self._index, self._spread_max) = old
             raise
-
-    def run(self, kernel: Any, griddim: Any, blockdim: Any, *args: Any, ceiling: int,
-            growth: float = 2.0, max_attempts: int = 16) -> RunResult:
-        """Launch ``kernel`` until no allocation fails, growing the heap.
-
-        For kernels that are safe to re-run from scratch. Each attempt resets
-        the heap, launches ``kernel[griddim, blockdim, stream](*args)`` with
-        every argument that is this heap (or its ``heap.ctx`` from before the
-        call) replaced by the current ``heap.ctx``, and reads the usage. If
-        allocations failed, the capacity is multiplied by ``growth`` (doubling
-        by default), capped at ``ceiling`` bytes, and the kernel is launched
-        again. Raises :class:`HeapExhausted` when the heap is already at the
-        ceiling and allocations still fail, or after ``max_attempts`` launches.
-
-        A ctx of another heap (or of this heap before a ``resize``) among the
-        arguments raises ValueError: ``run`` counts this heap's failures only,
-        so that heap's failures would go uncounted and ``run`` would report
-        success for a kernel whose allocations failed. ``ceiling`` below the
-        heap's current size (``heap.requested``) raises ValueError: ``run``
-        never shrinks a heap.
-
-        :returns: a :class:`RunResult` (final usage, attempts, capacity).
-        """
-        self._live()
-        ceiling = check_capacity(ceiling)
-        if ceiling < self.requested:
-            raise ValueError(
-                f"ceiling={ceiling} is below the heap's current size of {self.requested} "
-                "bytes: run() grows a heap, never shrinks it; pass a ceiling of at least "
-                f"{self.requested}"
-            )
-        if not (isinstance(growth, numbers.Real) and 1 < growth < math.inf):
-            raise ValueError(f"growth must be a finite number > 1, got {growth!r}")
-        if isinstance(max_attempts, (bool, np.bool_)) or not isinstance(
-            max_attempts, numbers.Integral
-        ):
-            raise TypeError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts}")
-        mine = [self._is_mine(a, i) for i, a in enumerate(args)]
-        for attempt in range(1, max_attempts + 1):
-            self.reset()
-            real = [self.ctx if m else a for a, m in zip(args, mine)]
-            kernel[griddim, blockdim, self.stream](*real)
-            u = self.usage()
-            if u.failed == 0:
-                return RunResult(u, attempt, self.requested)
-            if self.requested >= ceiling:
-                raise HeapExhausted(
-                    f"{u.failed} allocation(s) failed with the heap at its ceiling "
-                    f"of {ceiling} bytes after {attempt} attempt(s)", u, attempt)
-            self.resize(min(ceiling, max(self.requested + 1, math.ceil(self.requested * growth))))
-        raise HeapExhausted(
-            f"allocations still failed after {max_attempts} attempts "
-            f"(capacity {self.requested} bytes)", u, max_attempts)
-
-    def _is_mine(self, arg, position):
-        """Return True if ``arg`` is this heap or its current ctx (run() swaps it).
-
-        Raise ValueError for a ctx of another heap, or of this heap before a
-        resize: run() could not count its failures.
-        """
-        if arg is self:
-            return True
-        if not isinstance(arg, (Ctx, DebugCtx, ObsCtx)):
-            return False
-        if arg.meta is self._meta and arg.arena is self._arena:
-            return True
-        raise ValueError(
-            f"kernel argument {position} (from 0) is the ctx of another heap (or of this heap "
-            "before a resize): run() counts only this heap's failures and would report "
-            "success while that heap's allocations fail. Pass `heap` (run() passes the "
-            "current heap.ctx to each attempt)"
-        )
 
     def close(self) -> None:
         """Release the heap's device memory (not ``memory=``'s). Idempotent."""
