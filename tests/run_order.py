@@ -97,6 +97,11 @@ SECONDS = {
     "tests/test_bench.py::test_gpu_throughput_kernels_compile_for_sm90": 12,
     "tests/test_gpucheck.py::test_stress_kernel_compiles_for_sm90_without_spills": 12,
     "tests/test_methods.py::test_nrt_twins_and_the_scan_compile_for_sm90": 6,
+    # per call site and walked paths in both outline modes (issue 28), in subprocesses
+    "tests/test_codesize.py::test_an_extra_call_site_is_a_call_when_outlined": 19,
+    "tests/test_codesize.py::test_frames_from_the_ptx_walk_the_inline_paths_as_nvdisasm_does": 18,
+    "tests/test_codesize.py::test_outlined_walked_paths": 15,
+    "tests/test_codesize.py::test_an_extra_inline_call_site_costs_no_more_than_measured": 9,
 }
 
 #: Seconds to set up a module-scoped fixture ((module, fixture) -> seconds):

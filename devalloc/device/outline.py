@@ -14,8 +14,11 @@ returns its result as LLVM values (PTX ``.param``, registers in SASS), with
 no stack frame. docs/outline.md has the measurements behind it.
 
 Who may call: the device paths (``core.alloc_site``/``free_site``, bump's
-claim, scoped's new chunk). What the call adds to a walked path is not
-measured yet (docs/outline.md). Warp intrinsics inside ``f`` keep their
+claim, scoped's new chunk). What the call adds to a walked path (argument
+moves, ``CALL``, ``RET``, the callee's code) is measured by
+:mod:`devalloc.tools.paths`, which follows the call (docs/outline.md): alloc's
+paths +7 and +9 instructions, free's +20 and +21. With line info (the walker's builds) the wrapper gets a debug
+scope in ``f``'s file, so the body it inlines keeps its source lines. Warp intrinsics inside ``f`` keep their
 meaning: the lanes that enter the call together are the lanes active at the
 call site, and a lane that does not call is not waited for.
 
@@ -104,6 +107,39 @@ else:
             flags.dbg_directives_only = True
         return flags
 
+    def _scope(mod, fn, pyfunc):
+        # With line info: a debug scope for wrapper fn in pyfunc's own file
+        # (its own compile unit, line directives only), and the location of
+        # the call to pyfunc's body: its def line. Without one NVVM drops
+        # the locations of the body it inlines into the wrapper, and the
+        # path walker (devalloc.tools.paths) could not find its waypoints there.
+        code = pyfunc.__code__
+        path = os.path.abspath(code.co_filename)
+        difile = mod.add_debug_info("DIFile", {"directory": os.path.dirname(path),
+                                               "filename": os.path.basename(path)})
+        unit = mod.add_debug_info("DICompileUnit", {
+            "language": ir.DIToken("DW_LANG_C_plus_plus"), "file": difile,
+            "producer": "clang (Numba)", "runtimeVersion": 0, "isOptimized": True,
+            "emissionKind": ir.DIToken("DebugDirectivesOnly")}, is_distinct=True)
+        cus = cgutils.get_or_insert_named_metadata(mod, "llvm.dbg.cu")
+        cus.add(unit)
+        # (LLVM drops the debug information of a module without its version:
+        # Numba's DIBuilder sets these flags in the modules it finalizes.)
+        mflags = cgutils.get_or_insert_named_metadata(mod, "llvm.module.flags")
+        for key, value in (("Dwarf Version", 4), ("Debug Info Version", 3)):
+            flag = mod.add_metadata([ir.IntType(32)(2), key, ir.IntType(32)(value)])
+            if flag not in mflags.operands:
+                mflags.add(flag)
+        subprogram = mod.add_debug_info("DISubprogram", {
+            "name": fn.name, "linkageName": fn.name, "scope": difile, "file": difile,
+            "line": code.co_firstlineno, "scopeLine": code.co_firstlineno,
+            "type": mod.add_debug_info("DISubroutineType", {"types": mod.add_metadata([])}),
+            "isLocal": False, "isDefinition": True, "isOptimized": True, "unit": unit},
+            is_distinct=True)
+        fn.set_metadata("dbg", subprogram)
+        return mod.add_debug_info("DILocation", {"line": code.co_firstlineno, "column": 1,
+                                                 "scope": subprogram})
+
     def outline(f):
         """Return a callable that calls device function ``f`` out of line."""
         pyfunc = f.py_func
@@ -127,6 +163,8 @@ else:
                 flags = _flags(f)
                 cres = context.compile_subroutine(body, pyfunc, sig, flags=flags,
                                                   caching=not flags.debuginfo)
+                if flags.debuginfo:
+                    body.debug_metadata = _scope(mod, fn, pyfunc)
                 # Device code raises no exceptions: the status is always OK.
                 _, res = context.call_internal_no_propagate(body, cres.fndesc, sig, inner)
                 body.ret(res)

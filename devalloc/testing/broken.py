@@ -176,7 +176,8 @@ def free_small_leader_bit_only(meta, npages, p, s, rel, prof):
 
 
 def claim_plain_update(meta, npages, total, cnt, prof):
-    """``bump``'s ``_claim`` with a plain read-modify-write of the bump word
+    """``bump``'s claim (``_claim_fast``, which tries the current chunk and
+    then calls ``_claim``) with a plain read-modify-write of the bump word
     where the chunk has room, not a ``cas``.
 
     Two bumpers that read the same cursor both move it on from there: both
@@ -242,7 +243,7 @@ VARIANTS = {
     "reserve_plain_update": ("_reserve", reserve_plain_update),
     "alloc_small_overserve": ("_alloc_small", alloc_small_overserve),
     "free_small_leader_bit_only": ("_free_small", free_small_leader_bit_only),
-    "claim_plain_update": ("_claim", claim_plain_update),
+    "claim_plain_update": ("_claim_fast", claim_plain_update),
     "move_free_first": ("_move", move_free_first),
     "find_settle_gives_up": ("_find", find_settle_gives_up),
 }

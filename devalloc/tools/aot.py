@@ -106,7 +106,8 @@ def _cache_key(func, sig, cc, kwargs):
     """Return the cache key of a compilation, or None when it must not be cached.
 
     The key covers what the PTX depends on: this Python environment (its
-    numba, numba-cuda and NVVM), the compute capability, the signature and
+    numba, numba-cuda and NVVM), whether devalloc.device.outline is enabled
+    (``DEVALLOC_OUTLINE``), the compute capability, the signature and
     options, the kernel's name and code, and every source file of devalloc
     and of the kernel's folder (the device functions it may call). Kernels
     without a source file (typed at a prompt, ``python -c``) or closing
@@ -135,7 +136,11 @@ def _cache_key(func, sig, cc, kwargs):
         numba_cuda = version("numba-cuda")
     except Exception:
         return None
-    parts = [sys.prefix, sys.version, numba_version, numba_cuda, repr(tuple(cc)), repr(sig),
+    from ..device import outline
+
+    # outline.ENABLED (DEVALLOC_OUTLINE): the same sources compile to other PTX.
+    parts = [sys.prefix, sys.version, numba_version, numba_cuda, f"outline={outline.ENABLED}",
+             repr(tuple(cc)), repr(sig),
              repr(sorted(kwargs.items())), func.__module__, func.__qualname__,
              repr([c.cell_contents for c in func.__closure__ or ()]),
              _sources_hash(Path(__file__).parents[1], recursive=True),

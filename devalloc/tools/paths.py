@@ -75,15 +75,25 @@ class Insn:
 
 _FRAME = re.compile(r'//## File "([^"]+)", line (\d+)')
 _INSN = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
-_LABEL = re.compile(r"^(\.L_x_\d+):")
-_TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+_LABEL = re.compile(r"^(\.L_x_\d+|\$\S+):$")
+_TARGET = re.compile(r"`\(([^)]+)\)")
+#: The PTX file the ``nvdisasm -gp`` text names (its lines are the PTX's).
+PTX_TEXT = ".nv_debug_ptx_txt"
 
 
-def parse(sass):
-    """Return (instructions, {label: index}) of one kernel's ``nvdisasm -gi`` text."""
+def parse(sass, ptx_frames=None):
+    """Return (instructions, {label: index}) of one kernel's ``nvdisasm -gi`` text.
+
+    With ``ptx_frames`` (:func:`ptx_frames` of the PTX), ``sass`` is
+    ``nvdisasm -gp`` text (each instruction's PTX line) and an instruction's
+    frames are those of its PTX line.
+    """
     insns, labels, frames, fresh = [], {}, (), True
     for line in sass.splitlines():
         m = _FRAME.search(line)
+        if m and m.group(1) == PTX_TEXT and ptx_frames is not None:
+            frames = ptx_frames.get(int(m.group(2)), ())
+            continue
         if m:
             frames = (frames if not fresh else ()) + ((m.group(1), int(m.group(2))),)
             fresh = False
@@ -106,7 +116,8 @@ def successors(insns, labels, i, diverged=False):
 
     ``BRA.DIV`` (taken when the warp is not converged, to a slower
     ``WARPSYNC.COLLECTIVE`` version of a warp intrinsic) is taken exactly
-    when ``diverged``.
+    when ``diverged``. ``CALL`` and ``RET`` are :func:`walk`'s (a return
+    goes where its call came from).
     """
     ins = insns[i]
     op = ins.op.split(".")[0]
@@ -134,10 +145,30 @@ def walk(insns, labels, waypoints, diverged=False):
 
     ``waypoints`` are ``(path, line)`` pairs; an instruction matches one when
     any of its frames is that line. ``diverged``: the warp is not converged
-    (one lane calls). Returns the list of instruction indices executed.
-    Raises ValueError when no walk exists.
+    (one lane calls). A ``CALL`` to a function of the text
+    (an out-of-line body, devalloc.device.outline) is followed into it and
+    its ``RET`` back to the instruction after that call: the call's
+    argument moves, the ``CALL``, the callee's instructions and its ``RET``
+    all count. Returns the list of instruction indices executed. Raises
+    ValueError when no walk exists.
     """
     n = len(waypoints)
+
+    def nexts(i, stack):
+        # (next instruction, return stack) pairs after instruction i.
+        ins = insns[i]
+        op = ins.op.split(".")[0]
+        if op not in ("CALL", "RET"):
+            return [(j, stack) for j in successors(insns, labels, i, diverged)]
+        # A predicated call or return may also fall through.
+        after = [] if ins.pred in ("", "@PT") else [(i + 1, stack)]
+        if op == "RET":
+            if not stack:
+                raise ValueError(f"RET at {ins.addr:#x} outside a call")
+            return [(stack[-1], stack[:-1])] + after
+        if ins.target not in labels:
+            raise ValueError(f"CALL at {ins.addr:#x} to {ins.target!r}: not in the text")
+        return [(labels[ins.target], stack + (i + 1,))] + after
 
     def advance(k, run, i):
         # Consume the waypoints instruction i matches; a waypoint equal to
@@ -153,7 +184,7 @@ def walk(insns, labels, waypoints, diverged=False):
             run = True
         return k, k > 0 and waypoints[k - 1] in frames
 
-    start = (0, 0, False)
+    start = (0, 0, False, ())
     best = {start: 0}
     back = {}
     heap = [(0, start)]
@@ -165,7 +196,7 @@ def walk(insns, labels, waypoints, diverged=False):
         i = state[0]
         k2, run = advance(state[1], state[2], i)
         reached = max(reached, k2)
-        for j in successors(insns, labels, i, diverged):
+        for j, stack in nexts(i, state[3]):
             if j == -1:
                 if k2 == n:
                     path = [i]
@@ -174,7 +205,7 @@ def walk(insns, labels, waypoints, diverged=False):
                         path.append(state[0])
                     return path[::-1]
                 continue
-            nxt = (j, k2, run)
+            nxt = (j, k2, run, stack)
             if cost + 1 < best.get(nxt, 1 << 60):
                 best[nxt] = cost + 1
                 back[nxt] = state
@@ -228,6 +259,12 @@ def line_info():
 
 def sass_with_lines(kernel, sig, cc=(9, 0)):
     """Return the ``nvdisasm -gi`` text of ``kernel`` compiled with line info."""
+    return _disassembled(kernel, sig, cc, "-gi")[1][0]
+
+
+def _disassembled(kernel, sig, cc, *options):
+    # (PTX, [nvdisasm text with each of the line options]) of kernel
+    # compiled once with line info: "-gi" source lines, "-gp" PTX lines.
     with line_info():
         ptx, _ = aot.compile_ptx(kernel, sig, cc=cc, lineinfo=True)
     arch = f"sm_{cc[0]}{cc[1]}"
@@ -236,8 +273,62 @@ def sass_with_lines(kernel, sig, cc=(9, 0)):
         src.write_text(ptx)
         subprocess.run([aot.tool_path("ptxas"), f"-arch={arch}", "-lineinfo", str(src),
                         "-o", str(out)], check=True, capture_output=True)
-        return subprocess.run([aot.tool_path("nvdisasm"), "-c", "-gi", str(out)],
-                              check=True, capture_output=True, text=True).stdout
+        return ptx, [subprocess.run([aot.tool_path("nvdisasm"), "-c", o, str(out)], check=True,
+                                    capture_output=True, text=True).stdout for o in options]
+
+
+_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+(\d+)"
+                  r"(?:,\s*function_name\s+[^,]+,\s*inlined_at\s+(\d+)\s+(\d+)\s+(\d+))?")
+_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]+)"')
+_FUNC = re.compile(r"^\s*(\.visible\s+|\.weak\s+)?\.(entry|func)\b")
+
+
+def ptx_frames(ptx):
+    """Return ``{PTX line: frames}``: the source frames (innermost first) of
+    each line of ``ptx``, from its ``.loc`` directives.
+
+    A ``.loc`` with ``inlined_at`` names the call site's location; the
+    call site's own frames are those of the last ``.loc`` of that location
+    in the same function (NVVM states a chain outermost first).
+    """
+    lines = ptx.splitlines()
+    files = {int(m.group(1)): m.group(2) for m in map(_FILE.match, lines) if m}
+    out, chains, frames = {}, {}, ()
+    for n, line in enumerate(lines, 1):
+        if _FUNC.match(line):
+            chains, frames = {}, ()
+        m = _LOC.match(line)
+        if m:
+            f, ln, col = (int(g) for g in m.group(1, 2, 3))
+            outer = ()
+            if m.group(4):
+                at = tuple(int(g) for g in m.group(4, 5, 6))
+                outer = chains.get(at, ((files[at[0]], at[1]),))
+            frames = (((files[f], ln),) if ln else ()) + outer
+            chains[(f, ln, col)] = frames
+            continue
+        out[n] = frames
+    return out
+
+
+def load(kernel, sig, cc=(9, 0), frames="auto"):
+    """Return ``parse``'s (instructions, labels) of ``kernel`` with line info.
+
+    ``frames``: where each instruction's source frames come from. "sass":
+    ``nvdisasm -gi``. "ptx": ``nvdisasm -gp`` (the instruction's PTX line)
+    and that line's ``.loc`` chain (:func:`ptx_frames`). "auto" (default):
+    "sass", or "ptx" when the kernel calls a function: in a called function
+    nvdisasm 13's ``-gi`` names wrong files and lines for the frames an
+    instruction is inlined at (the PTX's ``inlined_at`` are right).
+    """
+    if frames not in ("auto", "sass", "ptx"):
+        raise ValueError(f"frames={frames!r}: 'auto', 'sass' or 'ptx'")
+    ptx, (by_source, by_ptx) = _disassembled(kernel, sig, cc, "-gi", "-gp")
+    insns, labels = parse(by_source)
+    if frames == "sass" or (frames == "auto"
+                            and not any(i.op.startswith("CALL") for i in insns)):
+        return insns, labels
+    return parse(by_ptx, ptx_frames(ptx))
 
 
 # ------------------------------------------------------------------ paths
@@ -313,8 +404,8 @@ PATHS = {
         ), lone=False),
     "bump": PathSpec(
         "bump", "bump(ctx, n) by one lane, from the current chunk", (
-            At(_B, "base = _claim_out(meta, npages, size * lanes, lanes, _prof_of(ctx))"),
-            At(_B, "return (page << L.PAGE_SHIFT) + cursor"),
+            At(_B, "base = _claim_fast(meta, npages, size * lanes, lanes, _prof_of(ctx))"),
+            At(_B, "return cursor + (page << L.PAGE_SHIFT)"),
             At(_B, "off = base + rank * size"),
         )),
     "scoped": PathSpec(
@@ -340,17 +431,17 @@ def kernel_of(name):
 ORDERING = {"MEMBAR", "ERRBAR", "CGAERRBAR", "CCTL", "FENCE"}
 
 
-def measure(cc=(9, 0), paths=None):
+def measure(cc=(9, 0), paths=None, frames="auto"):
     """Return ``{path: {"instructions", "what", "by_function", "ordering"}}`` for ``cc``.
 
     ``ordering``: the memory-ordering instructions on the path, by opcode.
+    ``frames``: :func:`load`'s.
     """
     out = {}
     sass = {}
     for name, spec in (paths or PATHS).items():
         if spec.kernel not in sass:
-            sass[spec.kernel] = parse(sass_with_lines(kernel_of(spec.kernel), probe_kernels.SIG,
-                                                      cc))
+            sass[spec.kernel] = load(kernel_of(spec.kernel), probe_kernels.SIG, cc, frames)
         insns, labels = sass[spec.kernel]
         try:
             trail = walk(insns, labels, [w.resolve() for w in spec.waypoints], spec.lone)
@@ -371,14 +462,14 @@ def measure(cc=(9, 0), paths=None):
 
 def floor(cc=(9, 0)):
     """Return the instructions the floor kernel (one ``atomic.add``) executes."""
-    insns, labels = parse(sass_with_lines(probe_kernels.k_atomic_floor, probe_kernels.SIG, cc))
+    insns, labels = load(probe_kernels.k_atomic_floor, probe_kernels.SIG, cc)
     return len(walk(insns, labels, []))
 
 
-def trace(name, cc=(9, 0)):
+def trace(name, cc=(9, 0), frames="auto"):
     """Return the walk of path ``name`` as text: address, opcode, innermost line."""
     spec = PATHS[name]
-    insns, labels = parse(sass_with_lines(kernel_of(spec.kernel), probe_kernels.SIG, cc))
+    insns, labels = load(kernel_of(spec.kernel), probe_kernels.SIG, cc, frames)
     rows = []
     for i in walk(insns, labels, [w.resolve() for w in spec.waypoints], spec.lone):
         ins = insns[i]
