@@ -117,6 +117,26 @@ else:
         return int64(cuda.popc(uint32(x)))
 
 
+if config.ENABLE_CUDASIM:
+
+    def _pshift(meta):
+        """The simulator's ``_pshift``: the page shift as a Python int."""
+        return L.page_shift_of(int(meta.shape[0]))
+
+else:
+
+    @cuda.jit(device=True)
+    def _pshift(meta):
+        """Return the heap's page shift (log2 of its page bytes), 32 bits.
+
+        Any device function that has ``meta`` may call: no memory access, the
+        metadata array's length is a kernel parameter and its low three bits
+        name the page shift (layout.meta_words, page_shift_of). No atomics;
+        never fails.
+        """
+        return uint32(uint32(uint32(meta.shape[0]) & uint32(7)) + uint32(L.PAGE_SHIFT_MIN))
+
+
 @cuda.jit(device=True)
 def _npages(ctx):
     """Return the heap's page count, as a value the compiler knows is >= 0.
@@ -124,7 +144,7 @@ def _npages(ctx):
     Below 2**25 (MAX_PAGES); zero-extended from 32 bits like ``_at``, so that
     divisions of it by constants are shifts, not signed divisions.
     """
-    return int64(_lo32(ctx.arena.shape[0] >> L.PAGE_SHIFT))
+    return int64(_lo32(ctx.arena.shape[0] >> _pshift(ctx.meta)))
 
 
 @cuda.jit(device=True)

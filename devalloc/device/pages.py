@@ -19,7 +19,7 @@ docs/correctness.md.
 from numba import cuda, int32, int64, uint32
 
 from .. import layout as L
-from ._meta import (_acquire_cas, _at, _fence_acq_rel, _fold, _lo32, _load,
+from ._meta import (_acquire_cas, _pshift, _at, _fence_acq_rel, _fold, _lo32, _load,
                     _note_fold, _opaque, _pages_changed, _pcount, _ptally)
 from .index import _index_clear, _index_find, _index_set
 
@@ -135,7 +135,7 @@ def _alloc_large(meta, npages, k, prof):
     if p < 0:
         _pcount(prof, L.P_FAILED_FULL, 1)  # no run: proved full (_alloc_pages)
         return L.NULL
-    return p << L.PAGE_SHIFT
+    return p << _pshift(meta)
 
 
 @cuda.jit(device=True)

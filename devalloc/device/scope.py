@@ -19,7 +19,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import chunks
-from ._meta import _count, _npages, _pcount, _prof_of, _stripe
+from ._meta import _count, _npages, _pcount, _prof_of, _pshift, _stripe
 from .outline import outline
 
 #: Chains longer than this are not followed (a release through one is misuse).
@@ -59,11 +59,13 @@ def _chunk_ok(arena, c):
 
 
 @cuda.jit(device=True)
-def _reserved(n):
-    # The bytes alloc reserves for n bytes: its size class, or whole pages.
-    if n <= L.MAX_SMALL:
+def _reserved(meta, n):
+    # The bytes alloc reserves for n bytes in the heap whose metadata is
+    # meta: its size class, or whole pages.
+    ps = _pshift(meta)
+    if n <= L.max_small(ps):
         return L.class_size(L.size_class(n))
-    return L.pages_for(n) << L.PAGE_SHIFT
+    return L.pages_for(n, ps) << ps
 
 
 @cuda.jit(device=True)
@@ -80,7 +82,7 @@ def _chunk_changed(meta, taken, delta_bytes):
 def _free_chunk(ctx, chunk):
     size = _word(ctx.arena, chunk + L.CHUNK_SIZE)
     chunks.chunk_free(ctx, chunk)
-    _chunk_changed(ctx.meta, -1, -_reserved(size))
+    _chunk_changed(ctx.meta, -1, -_reserved(ctx.meta, size))
 
 
 @cuda.jit(device=True)
@@ -118,7 +120,7 @@ def _new_chunk(ctx, prev, size, have):
         new = chunks.chunk_alloc(ctx, want)
         # Failure stripe: add -1; two tries are one request, counted at most once.
         cuda.atomic.add(meta, L.stripe_word(_stripe(), L.S_FAILED), -1)
-        if first + L.GUARD <= (_npages(ctx) << L.PAGE_SHIFT):  # the first try fitted the arena
+        if first + L.GUARD <= (_npages(ctx) << _pshift(meta)):  # the first try fitted the arena
             _pcount(_prof_of(ctx), L.P_FAILED_FULL, -1)
     if new == L.NULL:
         return new
@@ -128,7 +130,7 @@ def _new_chunk(ctx, prev, size, have):
     _set_word(arena, new + L.CHUNK_SIZE, want)
     if prev >= 0:
         _set_word(arena, prev + L.CHUNK_NEXT, new + 1)
-    _chunk_changed(meta, 1, _reserved(want))
+    _chunk_changed(meta, 1, _reserved(meta, want))
     chunks.scratch_poison(ctx, new + L.SCOPE_HEADER, want - L.SCOPE_HEADER)
     return new
 

@@ -70,7 +70,7 @@ class Running:
         :returns: a :class:`RunResult` (final usage, attempts, capacity).
         """
         self._live()
-        ceiling = check_capacity(ceiling)
+        ceiling = check_capacity(ceiling, ps=self.page_shift)
         if ceiling < self.requested:
             raise ValueError(
                 f"ceiling={ceiling} is below the heap's current size of {self.requested} "
