@@ -182,6 +182,51 @@ def test_exhaustive_exploration_catches_broken_variant(name):
     assert not again.ok and again.failure.invariant == r.failure.invariant
 
 
+#: Smaller pages (Heap(page=)): the scenarios with their sizes scaled to
+#: the page (scenarios.at_page); the fast tier explores these three at 1 KiB.
+SMALL_PAGE_FAST = ("slab_same_word", "slab_full", "class_change")
+
+
+@pytest.mark.parametrize("sc, ps", [
+    tier(sc.name in SMALL_PAGE_FAST and ps == 10, sc, ps, id_=f"{sc.name}@{1 << ps}")
+    for ps in (10, 12) for sc in EXHAUSTIVE])
+def test_exhaustive_exploration_of_small_pages_finds_no_violation(sc, ps):
+    small = scenarios.at_page(sc, ps)
+    r = explorer.explore(small, BOUNDS.max_executions)
+    print(r.summary())
+    assert r.ok, r.report()
+    if not scenarios.deep_requested():
+        assert r.complete, r.summary()
+        assert r.states > 100
+
+
+@pytest.mark.parametrize("name", [tier(n == FAST_CAUGHT, n, id_=n) for n in sorted(CAUGHT)])
+def test_broken_variants_are_caught_on_small_pages(name):
+    # The broken copies read the page from the metadata as the real code does.
+    scenario, invariants, where = CAUGHT[name]
+    sc = scenarios.at_page(scenarios.by_name(scenario), 10)
+    r = explorer.explore(sc, BOUNDS.max_executions, overrides=variant(name))
+    report = r.report()
+    assert not r.ok, f"{name} was not caught on 1 KiB pages: {r.summary()}"
+    assert r.failure.invariant in invariants, report
+    assert f" {where}:" in r.failing_trace
+
+
+def test_scenarios_at_a_small_page_scale_their_sizes():
+    sc = scenarios.at_page(scenarios.by_name("large_vs_slab"), 10)
+    assert (sc.name, sc.page_shift, sc.npages) == ("large_vs_slab@1024", 10, 2)
+    assert [t.ops for t in sc.threads] == [
+        (("alloc", 1250), ("write", 0), ("free", 0)),  # 20000 B: two pages either way
+        (("alloc", 16), ("free", 0), ("alloc", 16)),
+    ]
+    assert "2 page(s) of 1024 bytes" in sc.describe()
+    with pytest.raises(ValueError, match="small sizes"):
+        explorer.Scenario("bad", 1, (explorer.ThreadSpec(0, 0, (("scope", (600,)),)),),
+                          page_shift=10)  # 600 B is a large block in 1 KiB pages
+    with pytest.raises(ValueError, match="page_shift 9"):
+        explorer.Scenario("bad", 1, (), page_shift=9)
+
+
 def sequential(n_threads):
     """Schedules of two threads that run one whole thread, then the other."""
     assert n_threads == 2
@@ -255,14 +300,16 @@ def test_device_modules_are_restored_after_exploring():
 # ---------------------------------------------------------- building blocks
 
 
-def test_explored_heap_is_laid_out_like_a_heap():
+@pytest.mark.parametrize("page", [None, 4096, 1024])
+def test_explored_heap_is_laid_out_like_a_heap(page):
+    ps = L.PAGE_SHIFT if page is None else L.floor_log2(page)
     for npages in (1, 2, 3):
-        heap = devalloc.Heap(L.capacity_for_pages(npages))
+        heap = devalloc.Heap(L.capacity_for_pages(npages, ps), page=page)
         assert heap.npages == npages
-        assert heap.ctx.meta.shape == (L.meta_words(npages),)
-        assert heap.ctx.arena.shape == (npages * L.PAGE,)
+        assert heap.ctx.meta.shape == (L.meta_words(npages, ps),)
+        assert heap.ctx.arena.shape == (npages << ps,)
         with explorer.installed():
-            m = explorer.Machine(explorer.Scenario("empty", npages, ()))
+            m = explorer.Machine(explorer.Scenario("empty", npages, (), page_shift=ps))
             try:
                 m.reset()
                 assert len(m.meta) == heap.ctx.meta.shape[0]

@@ -301,3 +301,36 @@ def by_name(name):
         if sc.name == name:
             return sc
     raise KeyError(name)
+
+
+def _scale_size(n, ps):
+    # Sizes from 1 KiB up scale with the page (4096 in 16 KiB pages is 256
+    # in 1 KiB pages: a quarter of a slab's page either way; 20000, two
+    # pages, is 1250); smaller ones are kept (their classes still fit).
+    return n >> (L.PAGE_SHIFT - ps) if n >= L.PAGE_MIN else n
+
+
+def _scale_op(op, ps):
+    kind = op[0]
+    if kind in ("alloc", "bump", "alloc_group"):
+        return (kind, _scale_size(op[1], ps)) + tuple(op[2:])
+    if kind == "scope":
+        return (kind, tuple(_scale_size(n, ps) for n in op[1]))
+    if kind == "realloc":
+        return (kind, op[1], _scale_size(op[2], ps))
+    return op
+
+
+def at_page(sc, ps):
+    """Return scenario ``sc`` on pages of ``2**ps`` bytes (``Heap(page=)``).
+
+    Named ``name@page``; its sizes scaled to the page (:func:`_scale_size`),
+    so that blocks take the same share of a slab or the same pages as in
+    the default page, and the explored code reads the page shift from the
+    metadata's length as it does on a GPU.
+    """
+    threads = tuple(ThreadSpec(t.block, t.thread, tuple(_scale_op(op, ps) for op in t.ops))
+                    for t in sc.threads)
+    return Scenario(f"{sc.name}@{1 << ps}", sc.npages, threads, sc.block_dim,
+                    sc.preset_count, sc.no_nulls, sc.spread_max, sc.preset_spread,
+                    sc.constants, page_shift=ps)
