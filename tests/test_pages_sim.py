@@ -23,6 +23,7 @@ from numba import cuda
 
 import devalloc
 from devalloc import layout as L
+from devalloc.host.capacity import min_memory
 from devalloc.sim import warp
 from devalloc.testing import churn as C
 from devalloc.testing.invariants import (Block, Model, check_drained, check_quiescent,
@@ -165,6 +166,33 @@ def k_scoped(ctx, sizes, offs, bad):
                 if arena[off + j] != key:
                     bad[t] += 1
     devalloc.release(ctx, s, m)
+
+
+@cuda.jit
+def k_realloc_chain(ctx, sizes, offs, usable, kept):
+    """One thread: a block of sizes[0] bytes (byte j holds j % 251), realloc'd
+    to each next size in turn; the offsets, usable sizes, and whether the
+    first min(old, new) bytes survived each move."""
+    if cuda.grid(1) != 0:
+        return
+    arena = ctx.arena
+    off = devalloc.alloc(ctx, sizes[0])
+    for j in range(sizes[0]):
+        arena[off + j] = np.uint8(j % 251)
+    offs[0] = off
+    usable[0] = devalloc.usable_size(ctx, off)
+    for i in range(1, sizes.shape[0]):
+        off = devalloc.realloc(ctx, off, sizes[i])
+        offs[i] = off
+        usable[i] = devalloc.usable_size(ctx, off)
+        good = 1
+        for j in range(min(sizes[i - 1], sizes[i])):
+            if arena[off + j] != np.uint8(j % 251):
+                good = 0
+        kept[i] = good
+        for j in range(sizes[i]):  # the pattern over the new size
+            arena[off + j] = np.uint8(j % 251)
+    devalloc.free(ctx, off)
 
 
 @cuda.jit
@@ -444,6 +472,26 @@ def test_debug_heap_of_small_pages_keeps_guards_and_sizes(page):
     check_drained(words_of(heap), heap.npages)
 
 
+@pytest.mark.parametrize("page", PAGES[1:], ids=PAGE_IDS[1:])
+def test_realloc_and_usable_size_follow_the_page(page):
+    ps = shift(page)
+    heap = devalloc.Heap(16 << ps, page=page)
+    half = page // 2
+    # slab -> slab -> a whole page (half + 1) -> two pages -> back to a slab
+    sizes = np.array([100, half, half + 1, page + 1, 40], np.int64)
+    offs, usable, kept = (cuda.to_device(np.zeros(sizes.size, np.int64)) for _ in range(3))
+    k_realloc_chain[1, 1](heap.ctx, sizes, offs, usable, kept)
+    offs, usable, kept = offs.copy_to_host(), usable.copy_to_host(), kept.copy_to_host()
+    assert (offs != NULL).all()
+    assert usable.tolist() == [span(int(n), ps) for n in sizes]
+    assert usable.tolist()[1:4] == [half, page, 2 * page]
+    assert kept[1:].tolist() == [1] * (sizes.size - 1)
+    assert offs[2] % page == 0 and offs[3] % page == 0
+    u = heap.usage()
+    assert (u.in_use, u.live_blocks, u.failed, u.invalid_frees) == (0, 0, 0, 0)
+    check_drained(words_of(heap), heap.npages)
+
+
 # ------------------------------------------------------------- the host
 
 def test_resize_keeps_the_page_and_auto_decides_again():
@@ -481,9 +529,16 @@ def test_heap_inside_memory_with_small_pages():
     u = heap.usage()
     assert (u.page, u.live_blocks, u.large_blocks) == (1024, 4, 2)
     heap.close()
-    with pytest.raises(ValueError, match="too small"):
-        devalloc.Heap(memory=cuda.device_array(L.memory_for_pages(1, 10) - 64, np.uint8),
-                      page=1024)
+    # The smallest buffer holds one page of its size, and one byte less none.
+    for page in (1024, 4096):
+        least = min_memory(L.floor_log2(page))
+        one = devalloc.Heap(memory=cuda.device_array(least, np.uint8), page=page)
+        assert (one.npages, one.page) == (1, page)
+        with pytest.raises(ValueError, match=f"too small: .*at least {least} bytes "
+                                             f"\\(metadata, one {page}-byte page"):
+            devalloc.Heap(memory=cuda.device_array(least - 1, np.uint8), page=page)
+    # "auto" decides from the buffer's size: capacity / 256, 1 KiB at least.
+    assert devalloc.Heap(memory=cuda.device_array(300_000, np.uint8), page="auto").page == 1024
 
 
 @pytest.mark.parametrize("page, error", [
