@@ -260,21 +260,21 @@ def slab_cursor(s):
 
 
 # ============================================================ metadata
-# Offsets into the int64 metadata array:
+# Offsets into the int64 metadata array (pages of 2**ps bytes):
 #   [0, HEADER_WORDS)                          global words, stripes, hints
 #   [STATE_BASE, STATE_BASE + npages)          one state word per page
-#   [free_tree(npages), + tree_words(npages))  the free-page index ("page index")
-#   [room_tree(npages, c), + tree_words(npages))
-#                                              class c's room index, c < NCLASSES
 #   [bits_base(npages), + npages * bitmap_words(ps))
 #                                              slab bitmaps, 32 bits per word
+#   [free_tree(npages, ps), + tree_words(npages))
+#                                              the free-page index ("page index")
+#   [room_tree(npages, c, ps), + tree_words(npages))
+#                                              class c's room index, c < NCLASSES
 #   then 0 to 7 unused words: the array's length is PAGE_SHIFT_MIN + ps
-#   modulo 8 (meta_words), which is how the device code learns the heap's
-#   page shift ps without a memory load (page_shift_of: the length is a
-#   kernel parameter, in the array's descriptor).
-# The bitmaps come last, so that only they and the length depend on the
-# page size. Everything is zero after a reset but the free-page index, which
-# starts with every page free (free_tree_init), and H_SPREAD_MAX.
+#   modulo 8 (meta_words), so a plain array of a heap's metadata still
+#   tells its page (page_shift_of; a heap's own is typed with it,
+#   devalloc.ctx.PagedMeta).
+# Everything is zero after a reset but the free-page index, which starts
+# with every page free (free_tree_init), and H_SPREAD_MAX.
 #: Pages currently held by slabs and large blocks.
 H_PAGES_USED = 0
 #: High-water mark of H_PAGES_USED since the last reset.
@@ -333,20 +333,20 @@ def state_word(p):
 
 @register_jitable
 def bits_base(npages):
-    """Return the metadata word where the slab bitmaps start (after the trees)."""
-    return room_tree(npages, NCLASSES)
+    """Return the metadata word where the slab bitmaps start."""
+    return STATE_BASE + npages
 
 
 @register_jitable
 def bitmap_word(npages, p, w, ps=PAGE_SHIFT):
     """Return the metadata word of bitmap word ``w`` of page ``p`` (pages of ``2**ps`` bytes)."""
-    return bits_base(npages) + (p << (ps - BITMAP_WORD_SHIFT)) + w
+    return STATE_BASE + npages + (p << (ps - BITMAP_WORD_SHIFT)) + w
 
 
 @register_jitable
-def free_tree(npages):
-    """Return the metadata word where the free-page index starts."""
-    return STATE_BASE + npages
+def free_tree(npages, ps=PAGE_SHIFT):
+    """Return the metadata word where the free-page index starts (pages of ``2**ps`` bytes)."""
+    return STATE_BASE + npages + (npages << (ps - BITMAP_WORD_SHIFT))
 
 
 @register_jitable
@@ -360,9 +360,9 @@ def tree_stride(npages):
 
 
 @register_jitable
-def room_tree(npages, c):
-    """Return the metadata word where class ``c``'s room index starts."""
-    return free_tree(npages) + (1 + c) * tree_stride(npages)
+def room_tree(npages, c, ps=PAGE_SHIFT):
+    """Return the metadata word where class ``c``'s room index starts (pages of ``2**ps`` bytes)."""
+    return free_tree(npages, ps) + (1 + c) * tree_stride(npages)
 
 
 @register_jitable
@@ -372,7 +372,7 @@ def meta_words(npages, ps=PAGE_SHIFT):
     Rounded up (by 0 to 7 words) so that the length modulo 8 tells the page
     shift (:func:`page_shift_of`).
     """
-    n = bits_base(npages) + npages * bitmap_words(ps)
+    n = room_tree(npages, NCLASSES, ps)
     return n + ((ps - PAGE_SHIFT_MIN - n) & 7)
 
 
@@ -922,5 +922,7 @@ assert MAX_PAGES < 1 << 62
 assert meta_words(MAX_PAGES) < 1 << 31  # metadata indices fit 32 bits (device _at)
 assert PAGE_SHIFT_MIN + 7 >= PAGE_SHIFT  # meta_words' length code names every page shift
 assert max_small(PAGE_SHIFT) == MAX_SMALL
-assert all(page_shift_of(meta_words(n, ps)) == ps and meta_words(n, ps) >= bits_base(n) + n * bitmap_words(ps)
+assert all(page_shift_of(meta_words(n, ps)) == ps
+           and free_tree(n, ps) == bits_base(n) + n * bitmap_words(ps)
+           and room_tree(n, NCLASSES, ps) <= meta_words(n, ps) < room_tree(n, NCLASSES, ps) + 8
            for ps in range(PAGE_SHIFT_MIN, PAGE_SHIFT + 1) for n in (1, 2, 33, 1025))

@@ -201,9 +201,12 @@ class Runner(Meter):
         """Return a new heap (a debug heap if ``debug``, with profile counters if ``profile``).
 
         ``capacity`` None means 1 MiB plus ``per_thread`` bytes per thread.
+        The page is the heap's automatic one (``Heap(page="auto")``: small
+        pages for a small heap, so a small run does not hold a 16 KiB page
+        per size class it touches).
         """
         return devalloc.Heap(capacity or (1 << 20) + per_thread * self.threads, debug=debug,
-                             profile=profile)
+                             profile=profile, page="auto")
 
     def finish(self, heap, debug=False):
         """Return ``heap.usage()``; on a debug heap also ``check()`` it (raises on misuse)."""

@@ -127,15 +127,15 @@ def test_metadata_regions_do_not_overlap():
     assert last_stripe < L.HINT_BASE
     assert L.HINT_BASE + L.NCLASSES * L.HINT_STRIDE == L.STATE_BASE
     assert L.H_SPREAD_MAX < L.STRIPE_BASE
-    assert L.free_tree(10) == L.STATE_BASE + 10
-    assert L.room_tree(10, 0) == L.free_tree(10) + L.tree_stride(10)
-    assert L.bits_base(10) == L.room_tree(10, L.NCLASSES - 1) + L.tree_stride(10)
+    assert L.bits_base(10) == L.STATE_BASE + 10
     for ps in range(L.PAGE_SHIFT_MIN, L.PAGE_SHIFT + 1):
-        # The bitmaps come last, the page's own count of words each; then
-        # 0 to 7 words of padding, whose count names the page shift.
+        # Bitmaps (the page's own count of words each), the trees, then 0
+        # to 7 words of padding, whose count names the page shift.
         assert L.bitmap_word(10, 0, 0, ps) == L.bits_base(10)
-        assert L.bitmap_word(10, 9, L.bitmap_words(ps) - 1, ps) == L.bits_base(10) + 10 * L.bitmap_words(ps) - 1
-        end = L.bits_base(10) + 10 * L.bitmap_words(ps)
+        assert L.free_tree(10, ps) == L.bits_base(10) + 10 * L.bitmap_words(ps)
+        assert L.bitmap_word(10, 9, L.bitmap_words(ps) - 1, ps) == L.free_tree(10, ps) - 1
+        assert L.room_tree(10, 0, ps) == L.free_tree(10, ps) + L.tree_stride(10)
+        end = L.room_tree(10, L.NCLASSES - 1, ps) + L.tree_stride(10)
         assert end <= L.meta_words(10, ps) < end + 8
         assert L.page_shift_of(L.meta_words(10, ps)) == ps
     assert L.bitmap_words(L.PAGE_SHIFT) == L.BITMAP_WORDS

@@ -222,7 +222,7 @@ def _took_page(meta, npages, c, g):
     p = int64(_lo32(g >> L.GRANT_PAGE_SHIFT) - uint32(1))
     if _grant_got(g) < _blocks(meta, c):
         _room_set(meta, npages, c, p)
-    _index_clear(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
+    _index_clear(meta, L.free_tree(npages, _pshift(meta)), npages, p >> L.WORD_SHIFT,
                  int64(1) << (p & (L.BITS_PER_WORD - 1)))
 
 
@@ -290,7 +290,7 @@ def _retire(meta, npages, p, s, prof):
         _store(meta, _at(_bitmap_word(meta, npages, p, w)), 0)  # bitmap: RETIRING, ours
     # State word: exch on a page only we may change.
     _release_exch(meta, _at(idx), L.state_keep_count(s))
-    _index_set(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
+    _index_set(meta, L.free_tree(npages, _pshift(meta)), npages, p >> L.WORD_SHIFT,
                int64(1) << (p & (L.BITS_PER_WORD - 1)))
     return 1
 
@@ -304,7 +304,7 @@ def _room_set(meta, npages, c, p):
     so a mark seen here and cleared just after is put back if the room we
     made is still there. Else the index's ``or`` (and counts).
     """
-    base = L.room_tree(npages, c)
+    base = L.room_tree(npages, c, _pshift(meta))
     bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
     if not _load(meta, _at(base + (p >> L.WORD_SHIFT))) & bit:  # guess
         _index_set(meta, base, npages, p >> L.WORD_SHIFT, bit)
@@ -319,7 +319,7 @@ def _room_drop(meta, npages, c, p):
     left unmarked once every thread is done. Atomics: the clear's ``and``
     (and counts); the mark's when room reappeared.
     """
-    base = L.room_tree(npages, c)
+    base = L.room_tree(npages, c, _pshift(meta))
     bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
     if _index_clear(meta, base, npages, p >> L.WORD_SHIFT, bit):
         s = _load(meta, _at(L.state_word(p)))  # look again (a guess: at worst a stale mark)
@@ -474,7 +474,8 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
         # the loop and kept live across it (registers).
         npages = _opaque(npages)
         if bits == 0 and w != DONE:
-            base = L.free_tree(npages) if st & _FREE else L.room_tree(npages, c)
+            ps = _pshift(meta)
+            base = L.free_tree(npages, ps) if st & _FREE else L.room_tree(npages, c, ps)
             v, x = _index_find(meta, base, npages, w, True)
             w = int32(v) if v >= 0 else int32(DONE)
             bits = uint32(x)

@@ -62,8 +62,10 @@ def min_memory(ps=L.PAGE_SHIFT):
     return L.memory_for_pages(1, ps) + ALIGN_SLACK
 
 
-#: What ``Heap(page="auto")`` aims at: this many pages in the heap.
-AUTO_PAGES = 256
+#: What ``Heap(page="auto")`` aims at: this many pages in the heap. Each size
+#: class in use holds one partly used slab at least, so with pages of
+#: capacity / 1024 the 32 classes' last slabs are at most 3 % of the heap.
+AUTO_PAGES = 1024
 
 
 def auto_page_shift(capacity):
@@ -72,9 +74,8 @@ def auto_page_shift(capacity):
     Pages of ``capacity / AUTO_PAGES`` bytes, rounded down to a power of two
     from ``layout.PAGE_MIN`` to ``layout.PAGE``: a small heap gets small
     pages (each size class in use holds a page at least, so the page bounds
-    what a light workload costs), a heap of 4 MiB or more the largest
-    (bench/RESULTS.md, "Heap vs count + scan": this rule meets the memory
-    targets on every example in the sweep).
+    what a light workload costs), a heap of 16 MiB or more the largest
+    (bench/RESULTS.md, "Heap vs count + scan").
     """
     ps = L.floor_log2(max(1, int(capacity) // AUTO_PAGES))
     return max(L.PAGE_SHIFT_MIN, min(L.PAGE_SHIFT, ps))

@@ -22,6 +22,7 @@ Here: making the memory (allocated, or carved out of ``memory=``), owning it
 :class:`~devalloc.host.run.Running` (``run``): both are parts of ``Heap``.
 """
 
+import functools
 import math
 import numbers
 import os
@@ -65,6 +66,41 @@ def free_index_template(npages):
         n = np.minimum(span, npages - lo)
         levels.append((np.left_shift(1, n) - 1) if j == 0 else n)
     return np.concatenate(levels).astype(np.int64)
+
+
+def _paged(meta, ps):
+    """Return the metadata array ``meta`` typed with its heap's page (:class:`ctx.PagedMeta`).
+
+    Kernels given the heap's ``ctx`` then compile with the page as a
+    constant (devalloc.device._meta._pshift). The same device memory, no
+    copy. On the simulator, which does not type arguments, ``meta`` itself
+    (the device code reads the page from the length there).
+    """
+    if config.ENABLE_CUDASIM:
+        return meta
+    paged = _paged_array_class()(meta.shape, meta.strides, meta.dtype, stream=meta.stream,
+                                 gpu_data=meta.gpu_data)
+    paged.page_shift = ps
+    return paged
+
+
+@functools.lru_cache(maxsize=None)
+def _paged_array_class():
+    """The device-array class of a heap's metadata (made on first use: numba-cuda's class)."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    from ..ctx import PagedMeta
+
+    class PagedMetaArray(DeviceNDArray):
+        """A heap's metadata on the device; its Numba type names the page."""
+
+        page_shift = L.PAGE_SHIFT
+
+        @property
+        def _numba_type_(self):
+            return PagedMeta(self.page_shift)
+
+    return PagedMetaArray
 
 
 def _zero(array, nbytes, stream):
@@ -245,8 +281,9 @@ class Heap(Reading, Running):
                     ) from e
                 raise
         self.requested = capacity
-        #: log2 of the page size (the device reads it from the metadata's length).
+        #: log2 of the page size (kernels read it from the metadata's type or length).
         self.page_shift = ps
+        self._meta = _paged(self._meta, ps)
         self.npages = self._arena.size >> ps
         # The free-page index starts with every page free: kept on the device
         # so that reset copies it without the host (a device-to-device copy).
@@ -398,7 +435,7 @@ class Heap(Reading, Running):
         index (every page free) and the spread's bound, from device copies
         made once (device-to-device: no host synchronization)."""
         _zero(self._meta, self._meta.size * 8, stream)
-        at = L.free_tree(self.npages)
+        at = L.free_tree(self.npages, self.page_shift)
         self._meta[at:at + self._index.size].copy_to_device(self._index, stream=stream)
         self._meta[L.H_SPREAD_MAX:L.H_SPREAD_MAX + 1].copy_to_device(self._spread_max, stream=stream)
 

@@ -32,6 +32,7 @@ class Running:
 
     if TYPE_CHECKING:  # made by Heap (devalloc.host.heap)
         requested: int
+        page_shift: int
         stream: Any
         _meta: Any
         _arena: Any

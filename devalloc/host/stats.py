@@ -221,8 +221,7 @@ def live_blocks(meta: Any, npages: int) -> list[tuple[int, int]]:
     sizes = [L.state_n(state[heads]) * page]
     slabs = np.flatnonzero((tag >= 1) & (tag <= L.NCLASSES))  # is_slab_tag, vectorized
     nwords = L.bitmap_words(ps)
-    base = L.bits_base(npages)
-    bitmaps = meta[base:base + npages * nwords].reshape(npages, nwords)
+    bitmaps = meta[L.bits_base(npages):L.free_tree(npages, ps)].reshape(npages, nwords)
     block = np.arange(nwords * L.BITS_PER_WORD)
     for lo in range(0, len(slabs), _SLAB_BATCH):
         pages = slabs[lo:lo + _SLAB_BATCH]
