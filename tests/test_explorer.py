@@ -318,6 +318,24 @@ def test_explored_heap_is_laid_out_like_a_heap(page):
                 m.close()
 
 
+@pytest.mark.parametrize("ps", [10, 12, L.PAGE_SHIFT])
+def test_word_names_follow_the_layout_of_any_page(ps):
+    from devalloc.testing.invariants import word_name
+
+    n = 3
+    nwords = L.bitmap_words(ps)
+    assert word_name(L.state_word(2), n, ps) == "state[p2]"
+    assert word_name(L.bitmap_word(n, 0, 0, ps), n, ps) == "bits[p0][w0]"
+    assert word_name(L.bitmap_word(n, 2, nwords - 1, ps), n, ps) == f"bits[p2][w{nwords - 1}]"
+    assert word_name(L.free_tree(n, ps), n, ps) == "free[level 0][0]"
+    c = L.size_class(64)
+    assert word_name(L.room_tree(n, c, ps), n, ps) == f"room[c{c}=64B][level 0][0]"
+    end = L.room_tree(n, L.NCLASSES, ps)
+    names = [word_name(i, n, ps) for i in range(end, L.meta_words(n, ps))]
+    assert names == [f"pad[{k}]" for k in range(len(names))]
+    assert word_name(L.meta_words(n, ps), n, ps).endswith("(out of range)")
+
+
 def test_fake_ffs_matches_the_simulator():
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
 

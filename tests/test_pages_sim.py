@@ -23,7 +23,7 @@ from numba import cuda
 
 import devalloc
 from devalloc import layout as L
-from devalloc.host.capacity import min_memory
+from devalloc.host.capacity import AUTO_PAGES, min_memory
 from devalloc.sim import warp
 from devalloc.testing import churn as C
 from devalloc.testing.invariants import (Block, Model, check_drained, check_quiescent,
@@ -532,12 +532,13 @@ def test_resize_keeps_the_page_and_auto_decides_again():
     heap.resize(40 * 1024)
     assert (heap.page, heap.npages) == (1024, 40)
     assert L.page_shift_of(heap._meta.size) == 10  # the device reads it there
-    auto = devalloc.Heap(256 * 1024, page="auto")  # capacity / 256: 1 KiB
-    assert auto.page == 1024
-    auto.resize(1 << 20)  # 4 KiB
-    assert (auto.page, auto.npages) == (4096, 256)
-    auto.resize(64 << 20)  # capped at 16 KiB
-    assert (auto.page, auto.npages) == (L.PAGE, 4096)
+    # "auto": pages of capacity / AUTO_PAGES, from 1 KiB to 16 KiB.
+    auto = devalloc.Heap(AUTO_PAGES * 1024, page="auto")
+    assert (auto.page, auto.npages) == (1024, AUTO_PAGES)
+    auto.resize(AUTO_PAGES * 4096)
+    assert (auto.page, auto.npages) == (4096, AUTO_PAGES)
+    auto.resize(2 * AUTO_PAGES * L.PAGE)  # capped at 16 KiB
+    assert (auto.page, auto.npages) == (L.PAGE, 2 * AUTO_PAGES)
     auto.resize(4096)  # floored at 1 KiB
     assert (auto.page, auto.npages) == (1024, 4)
     # The resized heap serves kernels in its new page.
@@ -570,8 +571,9 @@ def test_heap_inside_memory_with_small_pages():
         with pytest.raises(ValueError, match=f"too small: .*at least {least} bytes "
                                              f"\\(metadata, one {page}-byte page"):
             devalloc.Heap(memory=cuda.device_array(least - 1, np.uint8), page=page)
-    # "auto" decides from the buffer's size: capacity / 256, 1 KiB at least.
-    assert devalloc.Heap(memory=cuda.device_array(300_000, np.uint8), page="auto").page == 1024
+    # "auto" decides from the buffer's size.
+    buf = cuda.device_array(AUTO_PAGES * 4096 + (1 << 20), np.uint8)
+    assert devalloc.Heap(memory=buf, page="auto").page == 4096
 
 
 @pytest.mark.parametrize("page, error", [

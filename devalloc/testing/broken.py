@@ -66,7 +66,7 @@ def retire_plain_store(meta, npages, p, s, prof):
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) // L.BITS_PER_WORD):
         meta[base + w] = 0
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
-    _index_set(meta, L.free_tree(npages), npages, p >> 5, int64(1) << (p & 31))
+    _index_set(meta, L.free_tree(npages, _pshift(meta)), npages, p >> 5, int64(1) << (p & 31))
     return 1
 
 
@@ -83,7 +83,7 @@ def retire_keeping_bits(meta, npages, p, s, prof):
         return 0
     # BUG: the bitmap words below the cursor are not cleared
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
-    _index_set(meta, L.free_tree(npages), npages, p >> 5, int64(1) << (p & 31))
+    _index_set(meta, L.free_tree(npages, _pshift(meta)), npages, p >> 5, int64(1) << (p & 31))
     return 1
 
 

@@ -86,16 +86,16 @@ def word_name(i, npages, ps=L.PAGE_SHIFT):
     if L.HINT_BASE <= i < L.STATE_BASE:
         c, slot = divmod(i - L.HINT_BASE, L.HINT_SLOTS)
         return f"hint[c{c}={L.class_size(c)}B][{slot}]"
-    if L.STATE_BASE <= i < L.free_tree(npages):
+    if L.STATE_BASE <= i < L.bits_base(npages):
         return f"state[p{i - L.STATE_BASE}]"
-    bits = L.bits_base(npages)
-    if bits <= i < bits + npages * L.bitmap_words(ps):
-        p, w = divmod(i - bits, L.bitmap_words(ps))
+    trees, end = L.free_tree(npages, ps), L.room_tree(npages, L.NCLASSES, ps)
+    if L.bits_base(npages) <= i < trees:
+        p, w = divmod(i - L.bits_base(npages), L.bitmap_words(ps))
         return f"bits[p{p}][w{w}]"
-    if bits + npages * L.bitmap_words(ps) <= i < L.meta_words(npages, ps):
-        return f"pad[{i - bits - npages * L.bitmap_words(ps)}]"
-    if L.free_tree(npages) <= i < bits:
-        tree, k = divmod(i - L.free_tree(npages), L.tree_stride(npages))
+    if end <= i < L.meta_words(npages, ps):
+        return f"pad[{i - end}]"
+    if trees <= i < end:
+        tree, k = divmod(i - trees, L.tree_stride(npages))
         name = "free" if tree == 0 else f"room[c{tree - 1}={L.class_size(tree - 1)}B]"
         for j in range(L.tree_levels(npages)):
             if k < L.level_start(npages, j + 1):
@@ -444,7 +444,7 @@ def _tree_levels(words, npages, tree):
     """Return the levels of page-index tree ``tree`` (0: free pages, 1 + c:
     class c's room) as lists of words, level 0 first."""
     stride, _, levels = _tree_geometry(npages)
-    base = L.free_tree(npages) + tree * stride
+    base = L.free_tree(npages, page_shift(words)) + tree * stride
     return [words[base + lo:base + hi] for lo, hi in levels]
 
 
@@ -475,7 +475,7 @@ def check_index(words, npages, model, exact):
     ps = page_shift(words)
     stride, used, _ = _tree_geometry(npages)
     for tree in range(1 + L.NCLASSES):
-        base = L.free_tree(npages) + tree * stride
+        base = L.free_tree(npages, ps) + tree * stride
         if not any(words[base:base + stride]):
             continue  # nothing set, every count 0
         if any(words[base + used:base + stride]):

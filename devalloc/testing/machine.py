@@ -875,7 +875,7 @@ class Machine:
         preset = self.scenario.preset_count
         for p in range(self.npages):
             self.meta.words[L.STATE_BASE + p] = L.pack_state(L.TAG_FREE, 0, preset)
-        at = L.free_tree(self.npages)  # every page free, as Heap sets it
+        at = L.free_tree(self.npages, self.ps)  # every page free, as Heap sets it
         self.meta.words[L.H_SPREAD_MAX] = self.scenario.spread_max
         for c in range(L.NCLASSES):
             self.meta.words[L.spread_word(c)] = self.scenario.preset_spread
