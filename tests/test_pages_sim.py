@@ -317,24 +317,29 @@ def test_racing_churn_on_a_tight_heap_of_small_pages_keeps_every_invariant(page,
 
 
 @pytest.mark.usefixtures("racing")
+@pytest.mark.parametrize("debug", [False, True], ids=["normal", "debug"])
 @pytest.mark.parametrize("page", PAGES[1:], ids=PAGE_IDS[1:])
-def test_project_churn_on_a_half_filled_heap_of_small_pages_gets_no_null(page):
+def test_project_churn_on_a_partly_filled_heap_of_small_pages_gets_no_null(page, debug):
     # devalloc.testing.churn (4 live blocks per thread, sizes up to 3000 B:
-    # large ones in these pages) on a heap filled to half with one-page blocks.
+    # large ones in these pages) on a heap partly filled with one-page blocks;
+    # a debug heap's blocks carry guard bytes, which heap.check() checks.
     ps = shift(page)
     threads = 16
     fill = 48
-    # Each live block takes 3 pages at most: room for every thread's four
-    # and one in flight beside the filled pages.
-    npages = fill + threads * (C.SLOTS + 1) * L.pages_for(3000, ps)
-    heap = devalloc.Heap(npages << ps, page=page, profile=True)
+    # Each live block takes 3 pages at most (guard bytes included): room
+    # for every thread's four and one in flight beside the filled pages.
+    npages = fill + threads * (C.SLOTS + 1) * L.pages_for(3000 + L.GUARD, ps)
+    heap = devalloc.Heap(npages << ps, page=page, profile=True, debug=debug)
     offs = C.fill_pages(heap, fill)
-    assert sorted(heap.live()) == sorted((int(o), 1 << ps) for o in offs)
+    one_page = L.max_small(ps) + 1 if debug else 1 << ps  # live(): requested / reserved
+    assert sorted(heap.live()) == sorted((int(o), one_page) for o in offs)
     nulls, bad = C.churn(heap, C.sizes_table(50 + ps, threads, 16, ps=ps), block=threads)
     assert bad.sum() == 0 and nulls.sum() == 0, (nulls, heap.usage().profile)
     u = heap.usage()
-    assert (u.live_blocks, u.in_use, u.failed) == (fill, fill << ps, 0)
+    assert (u.live_blocks, u.in_use, u.failed, u.invalid_frees) == (fill, fill << ps, 0, 0)
     assert u.profile["failed_residual"] == 0
+    if debug:
+        assert heap.check() is None  # no misuse recorded, every guard intact
     k_free_rows[1, fill](heap.ctx, offs.reshape(-1, 1))
     check_drained(words_of(heap), heap.npages)
 
@@ -421,6 +426,7 @@ def test_alloc_aligned_aligns_up_to_the_page_and_refuses_beyond(page):
     check_drained(words_of(heap), heap.npages)
 
 
+@pytest.mark.usefixtures("racing")
 @pytest.mark.parametrize("page", PAGES[1:], ids=PAGE_IDS[1:])
 def test_bump_on_small_pages(page):
     ps = shift(page)
@@ -444,9 +450,13 @@ def test_bump_on_small_pages(page):
     # One chunk holds the small bumps; the big one took a run of its own.
     big = L.pages_for(L.align_up(chunk // 2 + 1), ps)
     assert u.reserved == u.peak == (L.bump_chunk_pages(npages) + big) << ps
-    # Racing bumps too, on a fresh heap: no NULL while chunks remain.
     heap.reset()
+    assert heap.usage().reserved == 0
+    # Racing bumps, on a heap that holds every thread's chunk claim at once
+    # (threads that race to replace a full chunk each claim one, and all but
+    # one give theirs back) beside the data: no interleaving runs out of room.
     threads = 16
+    heap = devalloc.Heap(threads * 8 << ps, page=page)
     sizes = np.random.default_rng(ps).integers(1, page, threads).astype(np.int64)
     offs = cuda.to_device(np.zeros(threads, np.int64))
     k_bump_each[1, threads](heap.ctx, sizes, offs)
@@ -456,8 +466,9 @@ def test_bump_on_small_pages(page):
     arena = heap.arena.copy_to_host()
     for i, (o, n) in enumerate(zip(got, sizes)):
         assert (arena[o:o + n] == i + 1).all(), i
-    heap.reset()
-    assert heap.usage().reserved == 0
+    u = heap.usage()
+    assert (u.bump_allocs, u.failed, u.live_blocks) == (threads, 0, 0)
+    assert u.reserved % page == 0 and u.reserved <= heap.capacity
 
 
 @pytest.mark.usefixtures("racing")
@@ -468,7 +479,11 @@ def test_scoped_scratch_on_small_pages(page):
     # Sizes from a few bytes to over a page: chunks of slab blocks and of pages.
     sizes = np.random.default_rng(60 + ps).integers(1, page + page // 2,
                                                      (threads, 5)).astype(np.int64)
-    heap = devalloc.Heap(256 << ps, page=page, profile=True)
+    # A thread's chunks: at most one per request (5), each at most twice the
+    # last or 4 requests (6 pages) and a header: 7 * (1 + 2 + 4 + 8 + 16)
+    # pages and 5 more for the headers, 224 in all; the heap holds every
+    # thread's at once, so no interleaving can leave a request without room.
+    heap = devalloc.Heap(threads * 224 << ps, page=page, profile=True)
     offs = cuda.to_device(np.zeros(sizes.shape, np.int64))
     bad = cuda.to_device(np.zeros(threads, np.int64))
     k_scoped[1, threads](heap.ctx, sizes, offs, bad)
