@@ -200,7 +200,8 @@ def test_exhaustive_exploration_of_small_pages_finds_no_violation(sc, ps):
         assert r.states > 100
 
 
-@pytest.mark.parametrize("name", [tier(n == FAST_CAUGHT, n, id_=n) for n in sorted(CAUGHT)])
+@pytest.mark.parametrize("name", [
+    tier(n in (FAST_CAUGHT, "find_settle_gives_up"), n, id_=n) for n in sorted(CAUGHT)])
 def test_broken_variants_are_caught_on_small_pages(name):
     # The broken copies read the page from the metadata as the real code does.
     scenario, invariants, where = CAUGHT[name]
@@ -210,6 +211,15 @@ def test_broken_variants_are_caught_on_small_pages(name):
     assert not r.ok, f"{name} was not caught on 1 KiB pages: {r.summary()}"
     assert r.failure.invariant in invariants, report
     assert f" {where}:" in r.failing_trace
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sc", [pytest.param(sc, id=sc.name) for sc in scenarios.PCT])
+def test_pct_schedules_on_small_pages_find_no_violation(sc):
+    small = scenarios.at_page(sc, 10)
+    r = explorer.explore_pct(small, BOUNDS.pct_seeds, BOUNDS.pct_depths[0])
+    print(r.summary())
+    assert r.ok, r.report()
 
 
 def test_scenarios_at_a_small_page_scale_their_sizes():
