@@ -22,6 +22,9 @@ every scenario; ``large_one_run`` (no allocation may fail),
 ``slab_vs_large_one_page`` and ``index_two_words`` (index words with a count
 above them) aim at it; ``spread_widen`` at the adaptive spread.
 
+:func:`at_page` gives any scenario on smaller pages (``Heap(page=)``), its
+sizes scaled to the page; tests/test_explorer.py explores them at 1 and 4 KiB.
+
 :func:`bounds` reads ``DEVALLOC_EXPLORE_DEEP``: unset or ``0`` gives the CI
 bounds, anything else the deep ones (an hour of CPU rather than a minute).
 """
