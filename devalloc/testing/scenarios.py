@@ -23,7 +23,7 @@ every scenario; ``large_one_run`` (no allocation may fail),
 above them) aim at it; ``spread_widen`` at the adaptive spread.
 
 :func:`at_page` gives any scenario on smaller pages (``Heap(page=)``), its
-sizes scaled to the page; tests/test_explorer.py explores them at 1 and 4 KiB.
+sizes scaled to the page; tests/test_explorer.py explores them at 1 KiB.
 
 :func:`bounds` reads ``DEVALLOC_EXPLORE_DEEP``: unset or ``0`` gives the CI
 bounds, anything else the deep ones (an hour of CPU rather than a minute).
