@@ -35,8 +35,8 @@ from .. import layout as L
 from ..ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
 from ..errors import HeapClosedError, OutOfMemoryError
 from . import observed
-from .capacity import (ALIGN_SLACK, MIN_MEMORY, check_capacity, check_page,  # noqa: F401 (re-exported)
-                       min_memory)
+from .capacity import ALIGN_SLACK, MIN_MEMORY, check_capacity  # noqa: F401 (re-exported)
+from .capacity import check_page
 from .reading import Reading
 from .run import RunResult, Running  # noqa: F401 (re-exported)
 

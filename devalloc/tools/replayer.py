@@ -97,7 +97,8 @@ def replay(events, capacity, *, debug=False, stream=0, page=None):
 
     ``events``: a trace (``heap.trace()``, :func:`devalloc.host.observed.read_csv`)
     or the path of a CSV trace. ``page``: the heap's page (``Heap(page=)``;
-    to see the same blocks as the traced heap, its ``heap.page``). ``debug=True`` replays on a debug heap and
+    to see the same blocks as the traced heap, its ``heap.page``).
+    ``debug=True`` replays on a debug heap and
     raises :class:`devalloc.HeapCorruption` for what it finds beyond the
     trace's own invalid frees. A
     trace with dropped events is replayed as far as it goes, with a warning.
