@@ -117,10 +117,22 @@ def test_ragged_walks_match_worst_case_and_gather_everything():
     steps = np.abs(np.diff(compact))
     steps[starts[1:] - 1] = 1  # walk boundaries
     assert (steps == 1).all()
-    # Before the gather every walk had its block, of exactly its size's class.
+    # Before the gather every walk had its block, of exactly its size's class
+    # (whole pages of the heap's page above half a page: page="auto" gives
+    # this small heap 1 KiB pages, so the longer walks' blocks are large).
     snap = r.snapshot
     assert snap.live_blocks == threads and snap.allocs == threads and snap.frees == 0
-    assert snap.in_use == sum(L.class_size(L.size_class(int(n) * rw.ITEM_BYTES)) for n in counts)
+    ps = L.floor_log2(snap.page)
+    assert snap.page == 1 << ps < L.PAGE
+
+    def held(nbytes):
+        if nbytes <= L.max_small(ps):
+            return L.class_size(L.size_class(nbytes))
+        return L.pages_for(nbytes, ps) << ps
+
+    sizes = [int(n) * rw.ITEM_BYTES for n in counts]
+    assert snap.in_use == sum(held(z) for z in sizes)
+    assert snap.large_blocks == sum(z > L.max_small(ps) for z in sizes) > 0
     assert abs(r.answer - r.expected) < 5 * r.stderr
     assert sum(r.histogram) == pytest.approx(r.answer)
 

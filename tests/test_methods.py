@@ -103,13 +103,20 @@ def test_exact_bytes_are_what_the_threads_needed():
 
 def test_the_sweeps_model_of_the_heap_peak_is_the_simulators_peak():
     # bench/sweep.py computes the heap's peak from a size histogram; where every
-    # block is live at once (ragged_walks, before the gather) that is exact.
+    # block is live at once (ragged_walks, before the gather) that is exact,
+    # with the page the example's heap really has (page="auto" on the
+    # capacity the example gives itself), and with no other page.
     from devalloc import layout as L
+    from devalloc.host.capacity import auto_page_shift
 
     for threads, seed in ((64, 7), (256, 1)):
         r = rw.run(threads=threads, seed=seed)
+        page = r.usage.page
+        assert page == 1 << auto_page_shift((1 << 20) + 512 * threads) < L.PAGE
         sizes, counts = np.unique(rw.ITEM_BYTES * r.counts, return_counts=True)
-        assert L.histogram_bytes(dict(zip(sizes.tolist(), counts.tolist()))) == r.heap_peak_bytes
+        hist = dict(zip(sizes.tolist(), counts.tolist()))
+        assert L.histogram_bytes(hist, page=page) == r.heap_peak_bytes
+        assert L.histogram_bytes(hist) != r.heap_peak_bytes  # the page matters
 
 
 def test_histogram_pages_exact():
