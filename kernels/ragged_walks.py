@@ -175,6 +175,10 @@ def exact_occupation(sites=SITES, start=START):
 SIM_SECONDS_PER_THREAD = 3.1e-3
 
 
+#: Heap bytes a thread beyond the first MiB, by default (``_mc.heap_capacity``).
+HEAP_PER_THREAD = 512
+
+
 def worst_case_bytes(threads):
     """Return the bytes the worst-case version preallocates for ``threads``."""
     return threads * MAX_STEPS * ITEM_BYTES
@@ -343,7 +347,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     a block or freed wrongly (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=512, profile=profile)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=HEAP_PER_THREAD, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

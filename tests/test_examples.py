@@ -89,11 +89,13 @@ def test_particle_transport_matches_worst_case_and_frees_everything():
 def test_barrier_option_matches_worst_case_and_frees_everything():
     r = check_matches_twin_and_frees_everything(bo)
     assert abs(r.answer - bo.exact_price()) < 5 * r.stderr
-    # Between the passes only the kept paths' chunks are live, all one class.
+    # Between the passes only the kept paths' blocks are live, one a path, each
+    # of exactly its kept points (in their size class: blocks are at most 264 B).
     snap = r.snapshot
-    assert 0 < r.paths_kept <= snap.live_blocks == r.chunks_between_passes
-    assert set(snap.classes) == {bo.CHUNK_BYTES}
-    assert snap.in_use == snap.live_blocks * bo.CHUNK_BYTES
+    kept = r.kept[r.kept > 0]
+    assert 0 < r.paths_kept == kept.size == snap.live_blocks == r.blocks_between_passes
+    assert snap.in_use == sum(L.class_size(L.size_class(8 * int(n))) for n in kept)
+    assert ((kept >= 2) & (kept <= bo.NSTEPS + 1)).all()
 
 
 def test_barrier_closed_form_limits():
