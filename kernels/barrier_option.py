@@ -41,12 +41,16 @@ Memory: the worst case is (NSTEPS + 1) float64 per path, 264 B; the heap
 holds the kept points of about 27 % of the paths between the passes, each
 in a block of their size class (16 B steps to 128 B, then at most 25 %).
 Before issue 30 the points went into chains of 128 B, then 64 B, chunks (a
-link word and 7 points each) grown as the path needed them: 1.35x the kept
-bytes from 64K threads up, against 1.07x at 1M threads with one exact
-block (bench/sweep.py, bench/RESULTS.md).
+link word and 15 or 7 points each) grown as the path needed them: 1.35x the
+kept bytes from 64K threads up with 64 B chunks, against 1.07x at 1M
+threads with one exact block (bench/sweep.py, bench/RESULTS.md). Measured
+on the simulator (the heap's page ``page="auto"``'s): peak 18,432 B vs
+67,584 B at 256 threads (seed 1; 13,312 B with 64 B chunks: one class
+against 11 here); 131,072 B vs 792,000 B at 3,000 threads (seed 5;
+147,456 B with 64 B chunks).
 
 All draw the same numbers from the same per-thread xoroshiro128+ stream, so
-their payoffs are identical. If the heap cannot serve a chunk (``alloc``
+their payoffs are identical. If the heap cannot serve a block (``alloc``
 returns NULL, counted in ``usage().failed``) the path's payoff is NaN, and
 the comparison with the twin says so.
 

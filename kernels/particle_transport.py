@@ -30,11 +30,12 @@ with a margin: MAX_STACK = 256 entries (4 KiB) per thread.
 * ``transport_nrt``: the heap version's growing stack from ``np.empty``
   (CUDA's malloc through NRT; run on a GPU only).
 
-Memory, measured on the simulator: heap peak 32,768 B (49,152 B in some
-runs: the simulator's thread switching decides how many stacks overlap) vs
-1,048,576 B at 256 threads (seed 1); 49,152 B vs 12,288,000 B at 3,000
-threads (seed 5). On a GPU all threads run at once, so more stacks overlap,
-but only those of the histories that split.
+Memory, measured on the simulator (the heap's page ``page="auto"``'s,
+1 KiB here): heap peak 3,072 B vs 1,048,576 B at 256 threads (seed 1);
+3,072 B vs 12,288,000 B at 3,000 threads (seed 5); with 16 KiB pages,
+before issue 30, 32,768 and 49,152 B (the simulator's thread switching
+decides how many stacks overlap). On a GPU all threads run at once, so
+more stacks overlap, but only those of the histories that split.
 
 All draw the same numbers from the same per-thread xoroshiro128+ stream
 and drop a secondary in the same case (stack at MAX_STACK), so their tallies

@@ -106,8 +106,8 @@ def test_barrier_closed_form_limits():
 
 
 def test_ragged_walks_match_worst_case_and_gather_everything():
-    # 256 threads: below about 100 walks, one page per size class in use
-    # outweighs the worst case (see the module docstring).
+    # 256 threads: with 16 KiB pages, below about 100 walks one page per size
+    # class in use outweighed the worst case (see the module docstring).
     threads = 256
     r = check_matches_twin_and_frees_everything(rw, threads=threads, block=64)
     counts, compact = r.counts, r.compact
