@@ -56,9 +56,6 @@ the comparison with the twin says so.
 
 Run: ``python -m devalloc demo --example barrier_option [--threads N] [--seed S]``
 (or ``python kernels/barrier_option.py`` with the same options).
-
-Longer than 500 lines because its five versions must draw the same numbers
-in the same order, which a reader checks only with them side by side.
 """
 
 if __name__ == "__main__":  # python kernels/NAME.py: see _script.py
