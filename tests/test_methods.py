@@ -326,3 +326,5 @@ def test_the_sweeps_histograms_and_crossovers(monkeypatch):
         # One block a kept path: the heap holds at least the blocks' bytes.
         assert r["heap_packed"] >= r["in_blocks"] >= r["exact"]
         assert r["live_blocks"] < r["threads"]
+        # Against count + scan the heap's side adds each path's offset and count.
+        assert r["heap_and_arrays"] == r["heap_packed"] + 12 * r["threads"]
