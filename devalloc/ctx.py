@@ -44,9 +44,10 @@ class PagedMeta(types.Array):
 
     def __init__(self, page_shift):
         if not PAGE_SHIFT_MIN <= page_shift <= PAGE_SHIFT:
-            raise ValueError(f"page shift must be {PAGE_SHIFT_MIN} to {PAGE_SHIFT}, got {page_shift}")
+            raise ValueError(
+                f"page shift must be {PAGE_SHIFT_MIN} to {PAGE_SHIFT}, got {page_shift}")
         self.page_shift = int(page_shift)
-        super().__init__(types.int64, 1, "C", name=f"devalloc_meta(page={1 << page_shift})")
+        super().__init__(types.int64, 1, "C", name=f"array(int64, 1d, C, page={1 << page_shift})")
 
     @property
     def key(self):

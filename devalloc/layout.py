@@ -754,7 +754,7 @@ def record_word(i, field):
 
 @register_jitable
 def debug_size_slots(npages, ps=PAGE_SHIFT):
-    """Return the number of ``sizes`` entries of a debug heap of ``npages`` pages of ``2**ps`` bytes."""
+    """Return the ``sizes`` entries of a debug heap of ``npages`` pages of ``2**ps`` bytes."""
     return npages << (ps - DEBUG_SLOT_SHIFT)
 
 

@@ -137,8 +137,8 @@ def bump(ctx, nbytes):
         size = L.align_up(n)
         chunk_bytes = L.bump_chunk_pages(npages) << _pshift(meta)
         if size * 2 > chunk_bytes:
-            q = _alloc_pages_out(meta, _opaque(npages), L.pages_for(size, _pshift(meta)), L.TAG_BUMP,
-                                 _prof_of(ctx))
+            q = _alloc_pages_out(meta, _opaque(npages), L.pages_for(size, _pshift(meta)),
+                                 L.TAG_BUMP, _prof_of(ctx))
             if q >= 0:
                 cuda.atomic.add(meta, L.H_BUMP_DONE, 1)  # H_BUMP_DONE: add
                 off = q << _pshift(meta)

@@ -53,9 +53,10 @@ def alloc(ctx, nbytes):
     wait for lanes that are not calling. The offset is a multiple of 16 into
     ``ctx.arena``.
 
-    Atomics, blocks up to half a page (8 KiB in the default 16 KiB pages): one ``cas`` on a page state word per group
-    of lanes of a warp asking for the same size class (a lone lane is a
-    group of one) while the slab has never-used blocks; reusing freed blocks
+    Atomics, blocks up to half a page (8 KiB in the default 16 KiB
+    pages): one ``cas`` on a page state word per group of lanes of a warp
+    asking for the same size class (a lone lane is a group of one) while
+    the slab has never-used blocks; reusing freed blocks
     adds one ``and`` on a bitmap word per group. Large blocks: one ``cas``
     per page. Plus the pages-used ``add`` and peak ``max`` when a page is
     taken, and the hint ``exch`` when a group moves to another page. The

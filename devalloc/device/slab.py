@@ -46,8 +46,9 @@ TRANSIT = 2
 #: Per size class, read from constant memory instead of computed (a
 #: division, a dozen instructions): the block size, the blocks in a slab of
 #: the largest page (a page of 2**ps bytes holds that >> (PAGE_SHIFT - ps):
-#: floor(floor(x / a) / b) = floor(x / (a b))), and ceil(2**32 / size), with which ``free`` divides an offset in a page
-#: by the block size exactly (a multiply-shift; tests/test_layout.py).
+#: floor(floor(x / a) / b) = floor(x / (a b))), and ceil(2**32 / size), with
+#: which ``free`` divides an offset in a page by the block size exactly (a
+#: multiply-shift; tests/test_layout.py).
 CLASS_SIZES = np.array([L.class_size(c) for c in range(L.NCLASSES)], np.uint32)
 CLASS_BLOCKS = np.array([L.class_blocks(c) for c in range(L.NCLASSES)], np.uint32)
 CLASS_RECIPS = np.array([-(-(1 << 32) // L.class_size(c)) for c in range(L.NCLASSES)], np.uint32)

@@ -220,7 +220,7 @@ def stress(mode):
                f"{fail_rate:.0%} of requests failed, {second['bad_blocks']} bad; 1 KiB pages: "
                f"{small['allocs']} served, {small['bad_blocks']} bad, {small['nulls']} NULLs "
                f"with room; drained heaps consistent: "
-               f"{'yes' if not any(r['drained_problem'] for r in (first, second, small)) else 'NO'}")
+               f"{'NO' if any(r['drained_problem'] for r in (first, second, small)) else 'yes'}")
     return result("stress", "failed" if wrong else "passed", summary, room=first,
                   tight=second, small_pages=small, problems=wrong)
 

@@ -22,7 +22,6 @@ Here: making the memory (allocated, or carved out of ``memory=``), owning it
 :class:`~devalloc.host.run.Running` (``run``): both are parts of ``Heap``.
 """
 
-import functools
 import math
 import numbers
 import os
@@ -35,8 +34,9 @@ from .. import layout as L
 from ..ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
 from ..errors import HeapClosedError, OutOfMemoryError
 from . import observed
-from .capacity import (ALIGN_SLACK, MIN_MEMORY, check_capacity, check_page,  # noqa: F401 (re-exported)
-                       min_memory)
+from .paged import paged_meta
+from .capacity import ALIGN_SLACK, MIN_MEMORY, check_capacity  # noqa: F401 (re-exported)
+from .capacity import check_page
 from .reading import Reading
 from .run import RunResult, Running  # noqa: F401 (re-exported)
 
@@ -66,41 +66,6 @@ def free_index_template(npages):
         n = np.minimum(span, npages - lo)
         levels.append((np.left_shift(1, n) - 1) if j == 0 else n)
     return np.concatenate(levels).astype(np.int64)
-
-
-def _paged(meta, ps):
-    """Return the metadata array ``meta`` typed with its heap's page (:class:`ctx.PagedMeta`).
-
-    Kernels given the heap's ``ctx`` then compile with the page as a
-    constant (devalloc.device._meta._pshift). The same device memory, no
-    copy. On the simulator, which does not type arguments, ``meta`` itself
-    (the device code reads the page from the length there).
-    """
-    if config.ENABLE_CUDASIM:
-        return meta
-    paged = _paged_array_class()(meta.shape, meta.strides, meta.dtype, stream=meta.stream,
-                                 gpu_data=meta.gpu_data)
-    paged.page_shift = ps
-    return paged
-
-
-@functools.lru_cache(maxsize=None)
-def _paged_array_class():
-    """The device-array class of a heap's metadata (made on first use: numba-cuda's class)."""
-    from numba.cuda.cudadrv.devicearray import DeviceNDArray
-
-    from ..ctx import PagedMeta
-
-    class PagedMetaArray(DeviceNDArray):
-        """A heap's metadata on the device; its Numba type names the page."""
-
-        page_shift = L.PAGE_SHIFT
-
-        @property
-        def _numba_type_(self):
-            return PagedMeta(self.page_shift)
-
-    return PagedMetaArray
 
 
 def _zero(array, nbytes, stream):
@@ -283,7 +248,7 @@ class Heap(Reading, Running):
         self.requested = capacity
         #: log2 of the page size (kernels read it from the metadata's type or length).
         self.page_shift = ps
-        self._meta = _paged(self._meta, ps)
+        self._meta = paged_meta(self._meta, ps)
         self.npages = self._arena.size >> ps
         # The free-page index starts with every page free: kept on the device
         # so that reset copies it without the host (a device-to-device copy).
