@@ -49,7 +49,7 @@ def shift(page):
 
 def words_of(heap):
     """The heap's metadata words, as the invariant checker reads them."""
-    return [int(w) for w in heap._meta.copy_to_host()]
+    return [int(w) for w in heap.ctx.meta.copy_to_host()]
 
 
 # ------------------------------------------------------------------ kernels
@@ -546,7 +546,7 @@ def test_resize_keeps_the_page_and_auto_decides_again():
     heap = devalloc.Heap(20 * 1024, page=1024)
     heap.resize(40 * 1024)
     assert (heap.page, heap.npages) == (1024, 40)
-    assert L.page_shift_of(heap._meta.size) == 10  # the device reads it there
+    assert L.page_shift_of(heap.ctx.meta.shape[0]) == 10  # the metadata names its page
     # "auto": pages of capacity / AUTO_PAGES, from 1 KiB to 16 KiB.
     auto = devalloc.Heap(AUTO_PAGES * 1024, page="auto")
     assert (auto.page, auto.npages) == (1024, AUTO_PAGES)
