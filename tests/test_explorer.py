@@ -238,11 +238,25 @@ def test_scenarios_at_a_small_page_scale_their_sizes():
         (("alloc", 16), ("free", 0), ("alloc", 16)),
     ]
     assert "2 page(s) of 1024 bytes" in sc.describe()
+    assert scenarios.by_name("large_vs_slab@1024") == sc  # as reports name it
+    for bad in ("large_vs_slab@3000", "large_vs_slab@32768", "large_vs_slab@big"):
+        with pytest.raises(KeyError, match="power of two from 1024 to 16384"):
+            scenarios.by_name(bad)
     with pytest.raises(ValueError, match="small sizes"):
         explorer.Scenario("bad", 1, (explorer.ThreadSpec(0, 0, (("scope", (600,)),)),),
                           page_shift=10)  # 600 B is a large block in 1 KiB pages
     with pytest.raises(ValueError, match="page_shift 9"):
         explorer.Scenario("bad", 1, (), page_shift=9)
+
+
+def test_the_command_line_explores_a_scenario_on_a_small_page(capsys):
+    assert explorer.main(["slab_same_word@1024"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("slab_same_word@1024 [exhaustive]") and "complete" in out
+    for bad in ("slab_same_word@3000", "nonesuch@1024"):
+        with pytest.raises(SystemExit):
+            explorer.main([bad])
+    assert "power of two from 1024" in capsys.readouterr().err
 
 
 def sequential(n_threads):

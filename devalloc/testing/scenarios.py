@@ -299,7 +299,15 @@ def exhaustive(deep=None):
 
 
 def by_name(name):
-    """Return the scenario called ``name``."""
+    """Return the scenario called ``name``; ``name@page`` is it on pages of
+    ``page`` bytes (:func:`at_page`), as its reports name it."""
+    if "@" in name:
+        base, _, page = name.partition("@")
+        if not page.isdigit() or int(page) not in [1 << ps for ps in range(
+                L.PAGE_SHIFT_MIN, L.PAGE_SHIFT + 1)]:
+            raise KeyError(f"{name}: the page must be a power of two from {L.PAGE_MIN} "
+                           f"to {L.PAGE} bytes")
+        return at_page(by_name(base), L.floor_log2(int(page)))
     for sc in EXHAUSTIVE + EXHAUSTIVE_DEEP + PCT:
         if sc.name == name:
             return sc
