@@ -166,7 +166,7 @@ def _first(arena, c):
 
 
 #: The out-of-line copy (devalloc.device.outline; the function itself unless
-#: it is enabled) of freeing a chain of chunks, for release.
+#: it is enabled) of freeing a chain of chunks, for release and _next_chunk.
 _free_from_out = outline(_free_from)
 
 
