@@ -186,13 +186,15 @@ def test_exhaustive_exploration_catches_broken_variant(name):
 #: the page (scenarios.at_page), at 1 KiB: the page farthest from the
 #: default (two bitmap words a page, 512-byte slab blocks at most); the
 #: fast tier explores these three, the full tier every one but those that
-#: take over 10 s, which only the deep bounds add (DEVALLOC_EXPLORE_DEEP=1;
+#: take over 4 s, which only the deep bounds add (DEVALLOC_EXPLORE_DEEP=1;
 #: their geometry is the default page's scaled, and the broken variants of
 #: reuse_race and slab_same_word are caught at 1 KiB below).
 SMALL_PAGE_FAST = ("slab_same_word", "slab_full", "class_change")
 SMALL_PAGE_LONG = ("reuse_race", "large_vs_slab", "group_two_words", "group_retire",
                    "free_vs_alloc_long", "class_change_long", "free_vs_alloc",
-                   "large_vs_large", "slab_vs_large_one_page")
+                   "large_vs_large", "slab_vs_large_one_page", "bump_race", "spread_widen",
+                   "group_reuse", "group_partial", "realloc_vs_alloc_write", "realloc_vs_free",
+                   "realloc_in_place_vs_free")
 
 
 @pytest.mark.parametrize("sc, ps", [
