@@ -54,7 +54,7 @@ def ragged_walks(n, rng):
 
 
 def barrier_option(n, rng, chunk=1 << 18):
-    """Points kept by the paths alive and in the money; chains of CHUNK_BYTES blocks."""
+    """Points kept by the paths alive and in the money; one block of exactly them a path."""
     kept = np.empty(n, np.int64)
     for lo in range(0, n, chunk):
         m = min(chunk, n - lo)
@@ -65,20 +65,27 @@ def barrier_option(n, rng, chunk=1 << 18):
         points = np.where(first < bo.NSTEPS, 1 + bo.NSTEPS - first, 0)
         keep = ~dead & (x[:, -1] > bo.LOG_STRIKE)
         kept[lo:lo + m] = np.where(keep, points, 0)
-    return barrier_chunks(kept)
+    return barrier_blocks(kept)
 
 
-def barrier_chunks(kept, words=bo.CHUNK_WORDS):
+def barrier_blocks(kept):
+    """Return the Sample of paths keeping ``kept`` points, one block of exactly them each.
+
+    The kernel's design: a path allocates ``kept_points(k)`` float64 when it
+    first comes within the band at step ``k``, and keeps them all if it
+    survives.
+    """
+    return Sample(need=8 * kept, block=8 * kept, blocks=(kept > 0).astype(np.int64),
+                  all_live=True)
+
+
+def barrier_chunks(kept, words):
     """Return the Sample of paths keeping ``kept`` points in chains of ``words``-word chunks.
 
-    A chunk is one link word and ``words - 1`` points (the kernel's layout);
-    ``words`` 0 asks what one block of exactly the kept points per path
-    would hold instead (a what-if: the kernel knows the count when a path
-    first comes near the barrier).
+    The kernel's design before issue 30's part 4 (``words`` 16, then 8): a
+    chunk is one link word and ``words - 1`` points, allocated as the path
+    needs them.
     """
-    if words == 0:
-        return Sample(need=8 * kept, block=8 * kept, blocks=(kept > 0).astype(np.int64),
-                      all_live=True)
     chunks = -(-kept // (words - 1))
     return Sample(need=8 * kept, block=np.full(kept.size, 8 * words), blocks=chunks,
                   all_live=True)

@@ -223,6 +223,10 @@ def _free_memory():
     return ctx.get_memory_info()[0]
 
 
+#: The page of the measured heaps (``--page``; None: the default 16 KiB).
+PAGE = None
+
+
 def measure_config(timer, variant, n, nbytes, iterations):
     """Run the protocol for one (variant, allocations, size); return its row.
 
@@ -238,7 +242,7 @@ def measure_config(timer, variant, n, nbytes, iterations):
     import devalloc
 
     row = {"variant": variant, "allocs": n, "bytes": nbytes,
-           "heap_bytes": heap_capacity(n, nbytes)}
+           "heap_bytes": heap_capacity(n, nbytes), "page": PAGE or devalloc.PAGE}
     free_mem = _free_memory()
     if row["heap_bytes"] > MEMORY_SHARE * free_mem:
         row["skipped"] = (f"heap of {row['heap_bytes'] / 2**30:.1f} GiB, "
@@ -248,7 +252,7 @@ def measure_config(timer, variant, n, nbytes, iterations):
     k = K.VARIANTS[variant]
     grid = grid_for(launch_threads(variant, n))
     tgrid = grid_for(n)  # touch and check: one thread per allocation
-    heap = devalloc.Heap(row["heap_bytes"], stream=s)
+    heap = devalloc.Heap(row["heap_bytes"], stream=s, page=PAGE)
     try:
         ctx = heap.ctx
         offs = cuda.device_array(n, np.int64, stream=s)
@@ -503,7 +507,8 @@ def report(args, rows, steps, note):
         "write a byte, free in one kernel, the only shape NRT (`np.empty` in the kernel: CUDA "
         "malloc, freed at thread end) can be timed in. `NULLs`: failed allocs in the "
         "alloc/free loop / the pair loop. `bad blocks`: blocks that did not read back what was "
-        f"written. Heaps: one iteration's live set in whole slabs plus one slab per hint slot. "
+        f"written. Heaps: one iteration's live set in whole slabs plus one slab per hint slot, "
+        f"pages of {PAGE or 16384:,} B (`--page`). "
         f"{first_touch_note(rows)} NRT: {note}",
     ]
     for v in VARIANTS:
@@ -523,6 +528,8 @@ def report(args, rows, steps, note):
 def run(args):
     from numba import cuda
 
+    global PAGE
+    PAGE = args.page
     timer = EventTimer(cuda.stream(), args.runs, args.warmup)
     rows = measure(timer, args.variants, args.threads, args.sizes, args.iterations)
     steps = measure_step_scratch(timer, args.step_threads)
@@ -586,6 +593,8 @@ def parse_args(argv=None):
     p.add_argument("--step-threads", type=int, default=None,
                    help=f"step_scratch: threads ({STEP_THREADS})")
     p.add_argument("--no-nrt", action="store_true", help="skip CUDA malloc (NRT) timings")
+    p.add_argument("--page", type=int, default=None,
+                   help="the measured heaps' page (Heap(page=): 1024 .. 16384; default 16384)")
     p.add_argument("--no-write", action="store_true", help="print only, leave RESULTS.md")
     p.add_argument("--json", metavar="FILE", help="also save every iteration's times")
     p.add_argument("--compile-only", action="store_true",

@@ -9,26 +9,36 @@ random numbers). Blocks that live across launches (``ragged_walks``,
 ``barrier_option``) are all live at the peak; blocks freed inside the
 kernel are held only by the threads resident at once, at most
 RESIDENT = 132 SMs x 2,048 threads (an H100 SXM), every one of them at its
-largest (an upper bound on the overlap). Two heap figures: slabs packed
-full (``spread`` 1, the least), and each class spread over up to 132 slabs
-side by side (the most a GPU's contention may cost: ``Heap(spread=)``).
+largest (an upper bound on the overlap). The heap is the example's own: the
+capacity it gives itself (``_mc.heap_capacity``: 1 MiB plus the example's
+``HEAP_PER_THREAD`` a thread) with ``Heap(page="auto")``'s page for it
+(``devalloc.host.capacity.auto_page_shift``). Two heap figures: slabs
+packed full (``spread`` 1, the least), and each class spread over up to
+132 slabs side by side (the most a GPU's contention may cost:
+``Heap(spread=)``); and, for before and after, the packed figure with the
+16 KiB pages every heap had before ``Heap(page=)``.
 
 Count + scan allocates the exact bytes for every thread (its buffer lives
 through the fill pass), plus its counts (4 B a thread) and the scan's
 arrays, and in ``particle_transport`` the count pass's local stack (4 KiB
 per resident thread). The worst case is the example's ``worst_case_bytes``.
+Where the heap version keeps its blocks across launches, it also keeps an
+offset and a count a thread beside the heap (``BESIDE``); the crossover
+with count + scan counts them on the heap's side.
 
 Each example's gap is split into its causes (requested / exact: the
 example's own rounding; class / requested: the size classes'; packed /
 class: slab slack), and a levers table asks, from the same histograms,
-what other pages and class splits (``histogram_bytes(page=, sub_bits=)``,
-what-ifs: the device's are fixed) and other designs of the example's own
+what the other pages a heap may be given (``Heap(capacity, page=...)``),
+other class splits (``histogram_bytes(sub_bits=)``: a what-if, the
+device's classes are fixed) and the example's earlier designs of its own
 blocks would give (issue 30, part 4).
 
 The model is checked against the simulator where both apply
 (``tests/test_methods.py``: the peak of a real run equals
-``histogram_bytes`` of its real sizes, for the examples whose blocks are
-all live at once).
+``histogram_bytes`` of its real sizes with its heap's page, which is the
+sweep's :func:`heap_page`, for the examples whose blocks are all live at
+once).
 
 Run: ``.venv/bin/python bench/sweep.py`` (writes its section of
 ``bench/RESULTS.md``; ``--json FILE`` also writes every figure; ``--no-write``
@@ -48,7 +58,8 @@ import _size_models  # noqa: E402
 from _size_models import MODELS  # noqa: E402
 
 from devalloc import layout as L  # noqa: E402
-from devalloc.examples import _scan  # noqa: E402
+from devalloc.examples import _mc, _scan  # noqa: E402
+from devalloc.host.capacity import AUTO_PAGES, auto_page_shift  # noqa: E402
 
 COMMAND = ".venv/bin/python bench/sweep.py"
 THREADS = [1 << k for k in range(8, 21)]
@@ -57,8 +68,11 @@ RESIDENT = 132 * 2048
 #: Slabs side by side per class at most: one per SM.
 SPREAD = 132
 SEED = 1
-#: A smaller page, asked about (what-if) for issue 30's part 4 (the rows' heap_small_page).
-SMALL_PAGE = 4096
+#: Bytes a thread the heap version keeps beside the heap while its blocks
+#: live across launches: the block's offset (int64) and its count (int32)
+#: a thread, as count + scan keeps its counts and offsets (its figure counts
+#: them). Added to the heap's side of the count + scan crossover only.
+BESIDE = {"ragged_walks": 12, "barrier_option": 12}
 #: The issue's targets for heap peak / exact.
 TARGETS = {256: 3.0, 65536: 1.5, 1 << 20: 1.2}
 
@@ -77,6 +91,26 @@ def _exact_and_scan(name, module, s, n):
     return exact, exact + 4 * n + _scan.scratch_bytes(n) + local
 
 
+def heap_page(module, n):
+    """Return the page of the example's heap at ``n`` threads.
+
+    ``Heap(page="auto")`` on the capacity the example gives itself
+    (``_mc.heap_capacity(n, module.HEAP_PER_THREAD)``).
+    """
+    return 1 << auto_page_shift(_mc.heap_capacity(n, module.HEAP_PER_THREAD))
+
+
+def held_bytes(h, page):
+    """Return the bytes the blocks of histogram ``h`` hold in a heap of ``page``-byte pages.
+
+    A block up to half a page holds a slot of its size class, a larger one
+    whole pages.
+    """
+    ps = L.floor_log2(page)
+    return sum(k * (L.class_round(z) if z <= L.max_small(ps) else page * L.pages_for(z, ps))
+               for z, k in h.items() if z > 0)
+
+
 def _live(s, n):
     """Return the histogram of the blocks live at the peak of ``n`` threads of ``s``."""
     live = n if s.all_live else min(n, RESIDENT)
@@ -89,57 +123,50 @@ def rows_for(name, model, module, rng, sample=None):
     rows = []
     for n in THREADS:
         h = _live(s, n)
-        packed, spread = L.histogram_bytes(h), L.histogram_bytes(h, SPREAD)
-        small = L.histogram_bytes(h, page=SMALL_PAGE)
+        page = heap_page(module, n)
+        ps = L.floor_log2(page)
+        packed = L.histogram_bytes(h, page=page)
+        spread = L.histogram_bytes(h, SPREAD, page=page)
         requested = sum(z * k for z, k in h.items())
-        held = sum(k * (L.class_round(z) if z <= L.MAX_SMALL else L.PAGE * L.pages_for(z))
-                   for z, k in h.items() if z > 0)
         exact, count_scan = _exact_and_scan(name, module, s, n)
         worst = module.worst_case_bytes(n)
-        rows.append({"threads": n, "heap_packed": packed, "heap_spread": spread,
-                     "heap_small_page": small, "in_blocks": held, "requested": requested,
-                     "meta": L.meta_bytes(packed // L.PAGE),
+        rows.append({"threads": n, "page": page, "heap_packed": packed, "heap_spread": spread,
+                     "heap_and_arrays": packed + BESIDE.get(name, 0) * n,
+                     "heap_16k": L.histogram_bytes(h), "in_blocks": held_bytes(h, page),
+                     "requested": requested, "meta": L.meta_bytes(packed // page, ps),
                      "exact": exact, "count_scan": count_scan, "worst": worst,
                      "live_blocks": int(sum(h.values())),
-                     "classes": len({L.size_class(z) for z in h if 0 < z <= L.MAX_SMALL})})
+                     "classes": len({L.size_class(z) for z in h if 0 < z <= L.max_small(ps)})})
     return rows
 
 
-#: What-ifs measured for every example: (label, histogram_bytes keywords).
-HEAP_LEVERS = [("today: 16 KiB pages, 4 classes a power of two", {})] + [
-    (f"{p // 1024} KiB pages", {"page": p}) for p in (8192, 4096, 2048, 1024)] + [
-    (f"{1 << k} class{'es' if k else ''} a power of two", {"sub_bits": k}) for k in (0, 1, 3)]
+#: The levers table's row of devalloc as it is: the example's heap, page="auto".
+AUTO = f'devalloc: page="auto" (capacity / {AUTO_PAGES}, 1 to 16 KiB), 4 classes a power of two'
+#: The row of the heap before Heap(page=): 16 KiB pages whatever the capacity.
+BEFORE = "16 KiB pages (the default page; every heap's before page=)"
+#: Levers measured for every example: (label, histogram_bytes keywords; page
+#: None: the example's automatic page, :func:`heap_page`).
+HEAP_LEVERS = [(AUTO, {"page": None}), (BEFORE, {})] + [
+    (f"{p // 1024} KiB pages (page={p})", {"page": p}) for p in (8192, 4096, 2048, 1024)] + [
+    (f"{1 << k} class{'es' if k else ''} a power of two, automatic page (what-if)",
+     {"page": None, "sub_bits": k}) for k in (0, 1, 3)]
 #: Thread counts of the levers table (the targets' and two between).
 LEVER_THREADS = [256, 1024, 4096, 65536, 1 << 20]
 
 
-#: The automatic page asked about: a heap gets at least this many pages.
-AUTO_PAGES = 256
-
-
-def auto_page(capacity):
-    """Return the page a heap of ``capacity`` bytes would get: capacity / AUTO_PAGES.
-
-    A power of two from 1 KiB to PAGE (a what-if: devalloc's page is PAGE).
-    """
-    page = 1024
-    while page < L.PAGE and 2 * page * AUTO_PAGES <= capacity:
-        page *= 2
-    return page
-
-
-def _ratios(s, name, module, auto=False, **kw):
+def _ratios(s, name, module, **kw):
     """Return {threads: heap peak / exact} for every thread count, with histogram_bytes(**kw).
 
-    ``auto``: with the page :func:`auto_page` gives a heap of the peak with
-    16 KiB pages (the capacity ``usage().suggest_capacity`` starts from).
+    ``page=None``: the page of the example's heap at that thread count
+    (:func:`heap_page`).
     """
     out = {}
     for n in THREADS:
         h = _live(s, n)
-        if auto:
-            kw = {"page": auto_page(L.histogram_bytes(h))}
-        out[n] = L.histogram_bytes(h, **kw) / _exact_and_scan(name, module, s, n)[0]
+        args = dict(kw)
+        if "page" in args and args["page"] is None:
+            args["page"] = heap_page(module, n)
+        out[n] = L.histogram_bytes(h, **args) / _exact_and_scan(name, module, s, n)[0]
     return out
 
 
@@ -151,26 +178,25 @@ def example_variants(name, module, s):
                  _size_models.transport_stacks(depth, 2))]
     if name == "barrier_option":
         kept = s.need // 8
-        return [(f"before: chunks of 16 words (today {module.CHUNK_WORDS})",
-                 _size_models.barrier_chunks(kept, 16)),
-                ("one block of exactly the kept points", _size_models.barrier_chunks(kept, 0))]
+        return [("before: chains of 64 B chunks (today one exact block a path)",
+                 _size_models.barrier_chunks(kept, 8)),
+                ("before that: chains of 128 B chunks", _size_models.barrier_chunks(kept, 16))]
     return []
 
 
 def levers_for(name, module, s):
     """Return the levers table's rows for one example: (label, {threads: ratio})."""
     rows = [(label, _ratios(s, name, module, **kw)) for label, kw in HEAP_LEVERS]
-    best = {n: min(r[n] for _, r in rows[:5]) for n in THREADS}  # today's classes, any page
-    rows.append(("the best of those pages at each size", best))
-    rows.append((AUTO, _ratios(s, name, module, auto=True)))
+    best = {n: min(r[n] for _, r in rows[1:6]) for n in THREADS}  # the 16 to 1 KiB pages
+    rows.append((BEST, best))
     for label, v in example_variants(name, module, s):
-        rows.append((label, _ratios(v, name, module)))
-        rows.append((label + ", automatic page", _ratios(v, name, module, auto=True)))
+        rows.append((label + ", automatic page", _ratios(v, name, module, page=None)))
+        rows.append((label + ", 16 KiB pages", _ratios(v, name, module)))
     return rows
 
 
-#: The levers table's row of the automatic page.
-AUTO = f"automatic page: capacity / {AUTO_PAGES}, 1 to 16 KiB"
+#: The levers table's row of the least of the fixed pages at each thread count.
+BEST = "the best of the 16 to 1 KiB pages at each size"
 
 
 def crossover(rows, key, other):
@@ -204,81 +230,94 @@ def _targets(r256, r64k, r1m):
                       for v, x in zip((r256, r64k, r1m), TARGETS.values()))
 
 
+def _three(by_n, rows, key):
+    """Return ``key`` / exact at 256 threads, the largest from 64K up, and at 1M."""
+    return (by_n[256][key] / by_n[256]["exact"], _from(rows, 65536, key),
+            by_n[1 << 20][key] / by_n[1 << 20]["exact"])
+
+
 def section(results, levers):
     lines = header("Heap vs count + scan vs worst case, 256 to 1M threads (issue 30)", COMMAND,
                    f"NumPy models of the examples (bench/_size_models.py), seed {SEED}; "
                    "devalloc.layout.histogram_bytes; no GPU needed")
     lines += [
-        "Heap peak from the size histogram of the blocks live at the peak: packed (slabs "
-        f"full, the least) and spread over up to {SPREAD} slabs per class (the most a GPU's "
-        "contention may cost). Blocks freed inside the kernel are held by at most "
-        f"{RESIDENT:,} resident threads (H100 SXM), each at its largest. Exact: the bytes "
-        "every thread needs (count + scan's buffer); count + scan's peak adds its counts, "
-        "the scan's arrays and, in particle_transport, the count pass's 4 KiB local stack "
-        "per resident thread. Ratios are to the exact bytes. The gap packed / exact is the "
-        "product of three columns: requested / exact (the blocks live at the peak at the "
-        "sizes the example asks for: its own rounding, e.g. a chunk's link word and unused "
-        "points in barrier_option, stacks that double in particle_transport; below 1 where "
-        "threads outnumber the resident ones), class / requested (the size classes' "
-        "rounding: 16 B steps to 128 B, then at most 25 %) and packed / class (slab slack: "
-        "the unused slots of the last slab of every class in use, one 16 KiB page each at "
-        "least). Metadata: what a heap of exactly the packed peak keeps beside its arena "
-        "(layout.meta_bytes: the 37 KiB header and about 1.7 % of the arena), not counted "
-        "in the peak.", ""]
+        "Heap peak from the size histogram of the blocks live at the peak, in the example's "
+        "own heap: the capacity it gives itself (1 MiB plus HEAP_PER_THREAD bytes a thread: "
+        "512 in ragged_walks, barrier_option and step_scratch, 256 in the others) with "
+        f'Heap(page="auto")\'s page for it (capacity / {AUTO_PAGES} rounded down to a power '
+        "of two from 1 to 16 KiB: 1 KiB at 256 threads, 16 KiB from 32K or 64K threads; column "
+        "'page'). Packed: slabs full (the least); spread: over up to "
+        f"{SPREAD} slabs per class (the most a GPU's contention may cost). 'Before': the "
+        "packed peak with 16 KiB pages, every heap's page before Heap(page=). Blocks freed "
+        f"inside the kernel are held by at most {RESIDENT:,} resident threads (H100 SXM), each "
+        "at its largest. Exact: the bytes every thread needs (count + scan's buffer); count + "
+        "scan's peak adds its counts, the scan's arrays and, in particle_transport, the count "
+        "pass's 4 KiB local stack per resident thread. Ratios are to the exact bytes. The gap "
+        "packed / exact is the product of three columns: requested / exact (the blocks live at "
+        "the peak at the sizes the example asks for: its own rounding, e.g. stacks that double "
+        "in particle_transport; below 1 where threads outnumber the resident ones), class / "
+        "requested (the size classes' rounding: 16 B steps to 128 B, then at most 25 %; a "
+        "block over half a page takes whole pages) and packed / class (slab slack: the unused "
+        "slots of the last slab of every class in use, a page each at least). Metadata: what "
+        "a heap of exactly the packed peak, with that page, keeps beside its arena "
+        "(layout.meta_bytes), not counted in the peak.", ""]
     summary = []
     for name, rows in results.items():
-        cols = [("threads", "r"), ("heap packed", "r"), ("heap spread", "r"), ("exact", "r"),
-                ("count + scan", "r"), ("worst case", "r"), ("packed / exact", "r"),
+        cols = [("threads", "r"), ("page", "r"), ("heap packed", "r"), ("heap spread", "r"),
+                ("before: 16 KiB pages", "r"), ("exact", "r"), ("count + scan", "r"),
+                ("worst case", "r"), ("packed / exact", "r"), ("before / exact", "r"),
                 ("spread / exact", "r"), ("worst / exact", "r"), ("requested / exact", "r"),
                 ("class / requested", "r"), ("packed / class", "r"), ("classes", "r"),
                 ("metadata", "r")]
-        table = [[f"{r['threads']:,}", f"{r['heap_packed']:,}", f"{r['heap_spread']:,}",
-                  f"{r['exact']:,}", f"{r['count_scan']:,}", f"{r['worst']:,}",
-                  _ratio(r["heap_packed"], r["exact"]), _ratio(r["heap_spread"], r["exact"]),
-                  _ratio(r["worst"], r["exact"]), _ratio(r["requested"], r["exact"]),
-                  _ratio(r["in_blocks"], r["requested"]),
+        table = [[f"{r['threads']:,}", f"{r['page']:,}", f"{r['heap_packed']:,}",
+                  f"{r['heap_spread']:,}", f"{r['heap_16k']:,}", f"{r['exact']:,}",
+                  f"{r['count_scan']:,}", f"{r['worst']:,}",
+                  _ratio(r["heap_packed"], r["exact"]), _ratio(r["heap_16k"], r["exact"]),
+                  _ratio(r["heap_spread"], r["exact"]), _ratio(r["worst"], r["exact"]),
+                  _ratio(r["requested"], r["exact"]), _ratio(r["in_blocks"], r["requested"]),
                   _ratio(r["heap_packed"], r["in_blocks"]), r["classes"], f"{r['meta']:,}"]
                  for r in rows if r["threads"].bit_length() % 2 == 1]  # 256, 1K, 4K, ...
         lines += [f"### {name}", "", markdown_table(cols, table), ""]
         by_n = {r["threads"]: r for r in rows}
-        today = (by_n[256]["heap_packed"] / by_n[256]["exact"], _from(rows, 65536, "heap_packed"),
-                 by_n[1 << 20]["heap_packed"] / by_n[1 << 20]["exact"])
-        auto = dict(levers[name])[AUTO]
-        adaptive = (auto[256], _from(auto, 65536), auto[1 << 20])
+        now, before = _three(by_n, rows, "heap_packed"), _three(by_n, rows, "heap_16k")
         summary.append([
             name, _n(crossover(rows, "heap_packed", "worst")),
             _n(crossover(rows, "heap_spread", "worst")),
-            _n(crossover(rows, "heap_packed", "count_scan")),
-            " / ".join(f"{v:.2f}" for v in today), _targets(*today),
-            " / ".join(f"{v:.2f}" for v in adaptive), _targets(*adaptive)])
+            _n(crossover(rows, "heap_and_arrays", "count_scan")),
+            " / ".join(f"{v:.2f}" for v in now), _targets(*now),
+            " / ".join(f"{v:.2f}" for v in before), _targets(*before)])
     lt = LEVER_THREADS
-    lines += ["### What each lever would give (packed / exact, same histograms)", "",
-              "Every figure is heap packed / exact from the same histograms as above. The "
-              "heap's rows are what-ifs of layout.histogram_bytes (`page=`, `sub_bits=`): "
-              "devalloc's page is a compile-time constant of the device code (16 KiB) and "
-              "its classes are 4 a power of two. 'The best of those pages' takes, at each "
-              "thread count, the least of the 16, 8, 4, 2 and 1 KiB rows: what a page chosen "
-              "per heap (`Heap(capacity, page=...)`, not in the device code yet) could reach "
-              "at best. 'Automatic page' is a rule a heap could apply by itself: pages of "
-              f"capacity / {AUTO_PAGES} (at least {AUTO_PAGES} pages), a power of two from 1 "
-              "to 16 KiB, for a heap whose capacity is the 16 KiB peak. The example rows are "
-              "other designs of the example's own blocks (the answers do not depend on them), "
-              "with the heap as it is and with the automatic page.", ""]
+    lines += ["### What each lever gives (packed / exact, same histograms)", "",
+              "Every figure is heap packed / exact from the same histograms as above. The first "
+              "row is devalloc as the examples run it (the tables above); the page rows are "
+              "what `Heap(capacity, page=...)` gives with a fixed page (16 KiB: the default, "
+              "and every heap's page before); 'the best of the 16 to 1 KiB pages' takes the "
+              "least of them at each thread count, the most a page chosen per run could reach. "
+              "The class rows are what-ifs (`histogram_bytes(sub_bits=)`, with the automatic "
+              "page): the device's classes are 4 a power of two. The example rows are the "
+              "example's earlier designs of its own blocks (the answers do not depend on "
+              "them), with the automatic page and with 16 KiB pages.", ""]
     for name, rows in levers.items():
         cols = [("lever", "l")] + [(f"{t:,}", "r") for t in lt] + [("worst from 65,536", "r")]
         table = [[label] + [f"{r[t]:.2f}" for t in lt] + [f"{_from(r, 65536):.2f}"]
                  for label, r in rows]
         lines += [f"#### {name}", "", markdown_table(cols, table), ""]
     cols = [("example", "l"), ("heap < worst case from (packed)", "r"),
-            ("heap < worst case from (spread)", "r"), ("heap < count + scan from", "r"),
+            ("heap < worst case from (spread)", "r"),
+            ("heap and its arrays < count + scan from", "r"),
             ("packed / exact at 256 / worst from 64K / 1M", "r"), ("targets 3x / 1.5x / 1.2x", "l"),
-            ("the same, automatic page (what-if)", "r"), ("targets", "l")]
+            ("before: 16 KiB pages", "r"), ("targets before", "l")]
     lines += ["### Crossovers and the targets", "", markdown_table(cols, summary), "",
-              "A crossover is the first power of two from which the heap stays below the "
-              "other method up to 1M threads (on this grid: the true one lies between it and "
-              "half of it). 'Worst from 64K' is the largest ratio at 65,536 threads and "
-              "above (the target holds from 64K up). The what-if columns take the automatic "
-              f"page (capacity / {AUTO_PAGES}, 1 to 16 KiB: a page chosen per heap)."]
+              "A crossover is the first power of two from which the heap (its automatic page) "
+              "stays below the other method up to 1M threads (on this grid: the true one lies "
+              "between it and half of it). Against count + scan, whose figure counts its "
+              "counts and offsets, the heap's side adds the offset and count a thread that "
+              "ragged_walks' and barrier_option's heap versions keep beside the heap between "
+              f"launches ({BESIDE['barrier_option']} B a thread). 'Worst from 64K' is the "
+              "largest ratio at 65,536 "
+              "threads and above (the target holds from 64K up). 'Before' is the same heap "
+              "with 16 KiB pages and the examples as they are now (bench/RESULTS.md, \"Issue 30 "
+              "part 4\", has the examples' own before and after)."]
     return "\n".join(lines)
 
 

@@ -27,17 +27,18 @@ MAX_BYTES = L.MAX_PAGES << L.PAGE_SHIFT
 
 
 @register_jitable
-def served_size(nbytes):
+def served_size(nbytes, ps=L.PAGE_SHIFT):
     """Return the bytes of the block ``alloc(nbytes)`` hands out (0 if none).
 
-    Its size class's size up to MAX_SMALL, whole pages above; 0 for
-    ``nbytes <= 0`` or more than MAX_BYTES.
+    In a heap of pages of ``2**ps`` bytes: its size class's size up to
+    ``layout.max_small(ps)``, whole pages above; 0 for ``nbytes <= 0`` or
+    more than MAX_BYTES.
     """
     if nbytes <= 0 or nbytes > MAX_BYTES:
         return 0
-    if nbytes <= L.MAX_SMALL:
+    if nbytes <= L.max_small(ps):
         return L.class_size(L.size_class(nbytes))
-    return L.pages_for(nbytes) << L.PAGE_SHIFT
+    return L.pages_for(nbytes, ps) << ps
 
 
 @register_jitable
@@ -47,21 +48,23 @@ def lowbit(x):
 
 
 @register_jitable
-def block_alignment(size):
+def block_alignment(size, ps=L.PAGE_SHIFT):
     """Return the alignment (relative to the arena) of every block of ``size`` bytes.
 
-    ``size`` is a served size: a class size, or whole pages.
+    ``size`` is a served size in a heap of pages of ``2**ps`` bytes: a class
+    size, or whole pages.
     """
-    if size > L.MAX_SMALL:
-        return L.PAGE
+    if size > L.max_small(ps):
+        return 1 << ps
     return lowbit(size)
 
 
 @register_jitable
-def aligned_request(nbytes, align):
+def aligned_request(nbytes, align, ps=L.PAGE_SHIFT):
     """Return the request whose block is aligned to ``align``, or 0 if none.
 
-    ``align`` must be a power of two from 1 to PAGE; the result is
+    ``align`` must be a power of two from 1 to the heap's page (``2**ps``
+    bytes: large blocks start pages, nothing is aligned beyond); the result is
     ``nbytes`` rounded up to a multiple of ``align`` (at least ``align``),
     whose size class is then a multiple of ``align`` too: within one
     power of two the classes are steps of a quarter of it, so a multiple of
@@ -69,7 +72,7 @@ def aligned_request(nbytes, align):
     step (which ``align`` then divides). Checked for every size and
     alignment in tests/test_porting.py.
     """
-    if nbytes <= 0 or nbytes > MAX_BYTES or align <= 0 or align > L.PAGE or align & (align - 1):
+    if nbytes <= 0 or nbytes > MAX_BYTES or align <= 0 or align > (1 << ps) or align & (align - 1):
         return 0
     n = (nbytes + align - 1) & ~(align - 1)
     if n < align:

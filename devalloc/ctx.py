@@ -15,6 +15,8 @@ import collections
 
 from numba import types
 
+from .layout import PAGE_SHIFT, PAGE_SHIFT_MIN
+
 #: The handle kernels receive: the arena bytes and the metadata words.
 Ctx = collections.namedtuple("Ctx", ["arena", "meta"])
 
@@ -22,17 +24,80 @@ Ctx = collections.namedtuple("Ctx", ["arena", "meta"])
 #: requested sizes (layout.py, "debug record").
 DebugCtx = collections.namedtuple("DebugCtx", ["arena", "meta", "debug", "sizes"])
 
-_BYTES = types.Array(types.uint8, 1, "C")
-_WORDS = types.Array(types.int64, 1, "C")
-#: The Numba type of ``Heap.ctx``, for compiling kernels ahead of time.
-ctx_type = types.NamedTuple([_BYTES, _WORDS], Ctx)
-#: The Numba type of a debug heap's ``ctx``.
-debug_ctx_type = types.NamedTuple(
-    [_BYTES, _WORDS, _WORDS, types.Array(types.uint16, 1, "C")], DebugCtx)
-
 #: The handle of an observed heap (profile counters, allocation trace; debug
 #: arrays of length 0 unless it is a debug heap too).
 ObsCtx = collections.namedtuple("ObsCtx", ["arena", "meta", "debug", "sizes", "prof", "trace"])
+
+
+class PagedMeta(types.Array):
+    """The Numba type of a heap's metadata: a 1-D C ``int64`` array that names its page.
+
+    ``Heap(page=)`` chooses the page per heap; kernels learn it from this
+    type when they compile (``page_shift``, log2 of the page bytes), so the
+    page is a constant in the compiled code, as it was when every heap had
+    16 KiB pages: no register, no instruction. A kernel launched on heaps of
+    two page sizes is compiled once for each. Anything derived from such an
+    array (a slice, a view) is a plain array. Device code reads the page with
+    ``devalloc.device._meta._pshift``, which also serves plain ``int64``
+    arrays, from their length (layout.page_shift_of).
+    """
+
+    def __init__(self, page_shift):
+        if not PAGE_SHIFT_MIN <= page_shift <= PAGE_SHIFT:
+            raise ValueError(
+                f"page shift must be {PAGE_SHIFT_MIN} to {PAGE_SHIFT}, got {page_shift}")
+        self.page_shift = int(page_shift)
+        super().__init__(types.int64, 1, "C", name=f"array(int64, 1d, C, page={1 << page_shift})")
+
+    @property
+    def key(self):
+        return super().key + (self.page_shift,)
+
+    def copy(self, dtype=None, ndim=None, layout=None, readonly=None):
+        plain = types.Array(self.dtype, self.ndim, self.layout)
+        return plain.copy(dtype=dtype, ndim=ndim, layout=layout, readonly=readonly)
+
+
+def _register_model():
+    # The data model of every Numba array (pointer, shape, strides, ...), in
+    # the CUDA target's registry (numba-cuda's own since it vendors the
+    # core; numba's before).
+    try:
+        from numba.cuda.extending import core_models, register_model
+        models = core_models
+    except ImportError:  # an older numba-cuda: numba's registry is the CUDA target's
+        from numba.core.extending import models, register_model
+    register_model(PagedMeta)(models.ArrayModel)
+
+
+_register_model()
+
+_BYTES = types.Array(types.uint8, 1, "C")
+_WORDS = types.Array(types.int64, 1, "C")
+_SIZES = types.Array(types.uint16, 1, "C")
+
+
+def ctx_type_for(page_shift=PAGE_SHIFT, kind="normal"):
+    """Return the Numba type of the ``ctx`` of a heap of pages of ``2**page_shift`` bytes.
+
+    ``kind``: ``"normal"``, ``"debug"`` (``debug=True``) or ``"observed"``
+    (``profile=True`` or ``trace=``). For compiling kernels ahead of time for
+    a heap made with ``Heap(page=)``; ``ctx_type`` and its siblings are the
+    default page's.
+    """
+    meta = PagedMeta(page_shift)
+    if kind == "normal":
+        return types.NamedTuple([_BYTES, meta], Ctx)
+    if kind == "debug":
+        return types.NamedTuple([_BYTES, meta, _WORDS, _SIZES], DebugCtx)
+    if kind == "observed":
+        return types.NamedTuple([_BYTES, meta, _WORDS, _SIZES, _WORDS, _WORDS], ObsCtx)
+    raise ValueError(f"kind must be 'normal', 'debug' or 'observed', got {kind!r}")
+
+
+#: The Numba type of ``Heap.ctx``, for compiling kernels ahead of time.
+ctx_type = ctx_type_for(PAGE_SHIFT, "normal")
+#: The Numba type of a debug heap's ``ctx``.
+debug_ctx_type = ctx_type_for(PAGE_SHIFT, "debug")
 #: The Numba type of an observed heap's ``ctx``.
-obs_ctx_type = types.NamedTuple(
-    [_BYTES, _WORDS, _WORDS, types.Array(types.uint16, 1, "C"), _WORDS, _WORDS], ObsCtx)
+obs_ctx_type = ctx_type_for(PAGE_SHIFT, "observed")

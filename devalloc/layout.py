@@ -35,8 +35,16 @@ ALIGN_SHIFT = 4
 ALIGN = 1 << ALIGN_SHIFT
 
 #: Bytes per page: the unit in which slabs and large blocks take the arena.
+#: This is the default page and the largest; ``Heap(capacity, page=...)``
+#: chooses any power of two from PAGE_MIN up to it per heap (the *page
+#: shift* ``ps`` that the page-dependent functions below take, their
+#: default being PAGE_SHIFT's). The device reads a heap's page shift from
+#: the length of its metadata array (:func:`meta_words`, :func:`page_shift_of`).
 PAGE_SHIFT = 14
 PAGE = 1 << PAGE_SHIFT
+#: The smallest page a heap may choose.
+PAGE_SHIFT_MIN = 10
+PAGE_MIN = 1 << PAGE_SHIFT_MIN
 
 #: Lanes per warp (a warp's number is the thread's number >> WARP_SHIFT).
 WARP_SHIFT = 5
@@ -48,10 +56,13 @@ WORD_SHIFT = 5
 BITS_PER_WORD = 1 << WORD_SHIFT
 #: Mask of the bits used in a bitmap word.
 WORD_MASK = (1 << BITS_PER_WORD) - 1
-#: Largest number of blocks in one slab (16-byte blocks).
+#: Largest number of blocks in one slab (16-byte blocks, the largest page).
 MAX_SLAB_BLOCKS = PAGE // ALIGN
-#: Bitmap words reserved per page, enough for the smallest class.
+#: Bitmap words reserved per page of the largest size, enough for the
+#: smallest class (a page of 2**ps bytes has bitmap_words(ps)).
 BITMAP_WORDS = MAX_SLAB_BLOCKS // BITS_PER_WORD
+#: log2 of the bytes one bitmap word covers in the smallest class (32 blocks of ALIGN).
+BITMAP_WORD_SHIFT = WORD_SHIFT + ALIGN_SHIFT
 
 # ------------------------------------------------------------ size classes
 # Classes 0..LINEAR_CLASSES-1 are 16, 32, ... LINEAR_MAX bytes (steps of
@@ -89,21 +100,31 @@ def class_size(c):
 
 
 @register_jitable
-def class_blocks(c):
-    """Return the number of blocks in one slab of class ``c``."""
-    return PAGE // class_size(c)
+def max_small(ps=PAGE_SHIFT):
+    """Return the largest request served by a slab in pages of ``2**ps`` bytes.
+
+    Half a page (MAX_SMALL for the largest page), so that every slab holds
+    at least two blocks; a larger request takes whole pages.
+    """
+    return min(MAX_SMALL, 1 << (ps - 1))
 
 
 @register_jitable
-def class_words(c):
+def class_blocks(c, ps=PAGE_SHIFT):
+    """Return the number of blocks in one slab of class ``c`` (pages of ``2**ps`` bytes)."""
+    return (1 << ps) // class_size(c)
+
+
+@register_jitable
+def class_words(c, ps=PAGE_SHIFT):
     """Return the number of bitmap words a slab of class ``c`` uses."""
-    return (class_blocks(c) + BITS_PER_WORD - 1) >> WORD_SHIFT
+    return (class_blocks(c, ps) + BITS_PER_WORD - 1) >> WORD_SHIFT
 
 
 @register_jitable
-def word_valid_mask(c, w):
+def word_valid_mask(c, w, ps=PAGE_SHIFT):
     """Return the mask of bitmap bits of word ``w`` that name blocks of ``c``."""
-    left = class_blocks(c) - w * BITS_PER_WORD
+    left = class_blocks(c, ps) - w * BITS_PER_WORD
     if left >= BITS_PER_WORD:
         return WORD_MASK
     if left <= 0:
@@ -112,9 +133,15 @@ def word_valid_mask(c, w):
 
 
 @register_jitable
-def pages_for(nbytes):
-    """Return the pages a large block of ``nbytes`` bytes takes."""
-    return (nbytes + PAGE - 1) >> PAGE_SHIFT
+def pages_for(nbytes, ps=PAGE_SHIFT):
+    """Return the pages of ``2**ps`` bytes a large block of ``nbytes`` bytes takes."""
+    return (nbytes + (1 << ps) - 1) >> ps
+
+
+@register_jitable
+def bitmap_words(ps=PAGE_SHIFT):
+    """Return the bitmap words of one page of ``2**ps`` bytes (its smallest class's blocks / 32)."""
+    return 1 << (ps - BITMAP_WORD_SHIFT)
 
 
 @register_jitable
@@ -233,14 +260,19 @@ def slab_cursor(s):
 
 
 # ============================================================ metadata
-# Offsets into the int64 metadata array:
+# Offsets into the int64 metadata array (pages of 2**ps bytes):
 #   [0, HEADER_WORDS)                          global words, stripes, hints
 #   [STATE_BASE, STATE_BASE + npages)          one state word per page
-#   [bits_base(npages), + npages * BITMAP_WORDS)
+#   [bits_base(npages), + npages * bitmap_words(ps))
 #                                              slab bitmaps, 32 bits per word
-#   [free_tree(npages), + tree_words(npages))  the free-page index ("page index")
-#   [room_tree(npages, c), + tree_words(npages))
+#   [free_tree(npages, ps), + tree_words(npages))
+#                                              the free-page index ("page index")
+#   [room_tree(npages, c, ps), + tree_words(npages))
 #                                              class c's room index, c < NCLASSES
+#   then 0 to 7 unused words: the array's length is PAGE_SHIFT_MIN + ps
+#   modulo 8 (meta_words), so a plain array of a heap's metadata still
+#   tells its page (page_shift_of; a heap's own is typed with it,
+#   devalloc.ctx.PagedMeta).
 # Everything is zero after a reset but the free-page index, which starts
 # with every page free (free_tree_init), and H_SPREAD_MAX.
 #: Pages currently held by slabs and large blocks.
@@ -306,15 +338,15 @@ def bits_base(npages):
 
 
 @register_jitable
-def bitmap_word(npages, p, w):
-    """Return the metadata word of bitmap word ``w`` of page ``p``."""
-    return STATE_BASE + npages + p * BITMAP_WORDS + w
+def bitmap_word(npages, p, w, ps=PAGE_SHIFT):
+    """Return the metadata word of bitmap word ``w`` of page ``p`` (pages of ``2**ps`` bytes)."""
+    return STATE_BASE + npages + (p << (ps - BITMAP_WORD_SHIFT)) + w
 
 
 @register_jitable
-def free_tree(npages):
-    """Return the metadata word where the free-page index starts."""
-    return STATE_BASE + npages * (1 + BITMAP_WORDS)
+def free_tree(npages, ps=PAGE_SHIFT):
+    """Return the metadata word where the free-page index starts (pages of ``2**ps`` bytes)."""
+    return STATE_BASE + npages + (npages << (ps - BITMAP_WORD_SHIFT))
 
 
 @register_jitable
@@ -328,21 +360,32 @@ def tree_stride(npages):
 
 
 @register_jitable
-def room_tree(npages, c):
-    """Return the metadata word where class ``c``'s room index starts."""
-    return free_tree(npages) + (1 + c) * tree_stride(npages)
+def room_tree(npages, c, ps=PAGE_SHIFT):
+    """Return the metadata word where class ``c``'s room index starts (pages of ``2**ps`` bytes)."""
+    return free_tree(npages, ps) + (1 + c) * tree_stride(npages)
 
 
 @register_jitable
-def meta_words(npages):
-    """Return the number of ``int64`` metadata words for ``npages`` pages."""
-    return room_tree(npages, NCLASSES)
+def meta_words(npages, ps=PAGE_SHIFT):
+    """Return the number of ``int64`` metadata words for ``npages`` pages of ``2**ps`` bytes.
+
+    Rounded up (by 0 to 7 words) so that the length modulo 8 tells the page
+    shift (:func:`page_shift_of`).
+    """
+    n = room_tree(npages, NCLASSES, ps)
+    return n + ((ps - PAGE_SHIFT_MIN - n) & 7)
 
 
 @register_jitable
-def meta_bytes(npages):
-    """Return the bytes of metadata of a heap of ``npages`` pages."""
-    return 8 * meta_words(npages)
+def page_shift_of(meta_len):
+    """Return the page shift of a heap whose metadata array has ``meta_len`` words."""
+    return PAGE_SHIFT_MIN + (meta_len & 7)
+
+
+@register_jitable
+def meta_bytes(npages, ps=PAGE_SHIFT):
+    """Return the bytes of metadata of a heap of ``npages`` pages of ``2**ps`` bytes."""
+    return 8 * meta_words(npages, ps)
 
 
 # A heap's capacity counts its arena only: whole pages, what kernels can be
@@ -353,34 +396,46 @@ def meta_bytes(npages):
 
 
 @register_jitable
-def pages_for_capacity(capacity):
+def pages_for_capacity(capacity, ps=PAGE_SHIFT):
     """Return the pages of a heap of ``capacity`` bytes (whole pages, rounded down)."""
-    return capacity // PAGE
+    return capacity >> ps
 
 
 @register_jitable
-def capacity_for_pages(npages):
+def capacity_for_pages(npages, ps=PAGE_SHIFT):
     """Return the smallest capacity whose heap has ``npages`` pages."""
-    return npages * PAGE
+    return npages << ps
 
 
 @register_jitable
-def memory_for_pages(npages):
+def memory_for_pages(npages, ps=PAGE_SHIFT):
     """Return the bytes ``npages`` pages and their metadata take together."""
-    return npages * PAGE + meta_bytes(npages)
+    return (npages << ps) + meta_bytes(npages, ps)
 
 
 @register_jitable
-def pages_for_memory(nbytes):
-    """Return how many pages fit, with their metadata, in ``nbytes`` bytes."""
-    # A lower bound (META_BYTES_PER_PAGE and TREE_SLACK_BYTES bound the
-    # metadata from above), then up while one more page fits.
-    n = (nbytes - HEADER_BYTES - TREE_SLACK_BYTES) // (PAGE + META_BYTES_PER_PAGE)
+def meta_bytes_per_page(ps=PAGE_SHIFT):
+    """Return the most metadata bytes a page of ``2**ps`` bytes costs beyond the header.
+
+    Its state word, its bitmap, and its share of the 1 + NCLASSES trees (a
+    bit each, 32 to a word, and the counts above them); TREE_SLACK_BYTES
+    and META_PAD_BYTES cover the rest.
+    """
+    return 8 * (1 + bitmap_words(ps)) + -(-8 * (1 + NCLASSES) * 17 // 512)
+
+
+@register_jitable
+def pages_for_memory(nbytes, ps=PAGE_SHIFT):
+    """Return how many pages of ``2**ps`` bytes fit, with their metadata, in ``nbytes`` bytes."""
+    # A lower bound (meta_bytes_per_page, TREE_SLACK_BYTES and META_PAD_BYTES
+    # bound the metadata from above), then up while one more page fits.
+    n = ((nbytes - HEADER_BYTES - TREE_SLACK_BYTES - META_PAD_BYTES)
+         // ((1 << ps) + meta_bytes_per_page(ps)))
     if n < 0:
         n = 0
-    while n > 0 and memory_for_pages(n) > nbytes:
+    while n > 0 and memory_for_pages(n, ps) > nbytes:
         n -= 1
-    while memory_for_pages(n + 1) <= nbytes:
+    while memory_for_pages(n + 1, ps) <= nbytes:
         n += 1
     return n
 
@@ -408,6 +463,8 @@ TREE_LEVELS = 5
 #: Bytes the trees may take beyond their share per page: a partly used word
 #: per level in each of the 1 + NCLASSES trees.
 TREE_SLACK_BYTES = 8 * (TREE_LEVELS + 1) * (1 + NCLASSES)
+#: The most unused words at the end of the metadata (meta_words), in bytes.
+META_PAD_BYTES = 8 * 7
 
 
 @register_jitable
@@ -456,14 +513,13 @@ def free_tree_init(npages, j, i):
     return n
 
 
-#: The smallest capacity: one page.
+#: The smallest capacity: one page (of the default size; a heap of smaller
+#: pages may be as small as one of them).
 MIN_CAPACITY = PAGE
 #: The smallest buffer that holds one page and its metadata.
 MIN_MEMORY_BYTES = memory_for_pages(1)
-#: Bytes of metadata each page costs, at most, beyond the header and
-#: TREE_SLACK_BYTES: its state word, its bitmap, and its share of the 1 +
-#: NCLASSES trees (a bit each, 32 to a word, and the counts above them).
-META_BYTES_PER_PAGE = 8 * (1 + BITMAP_WORDS) + -(-8 * (1 + NCLASSES) * 17 // 512)
+#: Bytes of metadata each default page costs, at most (meta_bytes_per_page).
+META_BYTES_PER_PAGE = meta_bytes_per_page(PAGE_SHIFT)
 
 
 @register_jitable
@@ -697,9 +753,9 @@ def record_word(i, field):
 
 
 @register_jitable
-def debug_size_slots(npages):
-    """Return the number of ``sizes`` entries of a debug heap of ``npages`` pages."""
-    return npages << (PAGE_SHIFT - DEBUG_SLOT_SHIFT)
+def debug_size_slots(npages, ps=PAGE_SHIFT):
+    """Return the ``sizes`` entries of a debug heap of ``npages`` pages of ``2**ps`` bytes."""
+    return npages << (ps - DEBUG_SLOT_SHIFT)
 
 
 # ============================================================ trace record
@@ -825,7 +881,7 @@ def histogram_pages(hist, spread=1, page=PAGE, sub_bits=SUB_BITS):
             raise ValueError(f"a histogram maps sizes >= 1 to counts >= 0, got {nbytes}: {n}")
         if n == 0:
             continue
-        if nbytes > MAX_SMALL or class_round(nbytes, sub_bits) > page:
+        if nbytes > min(MAX_SMALL, page // 2):  # max_small: a slab holds two blocks or more
             pages += n * (-(-nbytes // page))
             continue
         size = class_round(nbytes, sub_bits)
@@ -864,3 +920,9 @@ assert level_words(MAX_PAGES, TREE_LEVELS - 1) == 1  # the top level is one word
 # A count word holds at most every page of the heap: far below bit 63.
 assert MAX_PAGES < 1 << 62
 assert meta_words(MAX_PAGES) < 1 << 31  # metadata indices fit 32 bits (device _at)
+assert PAGE_SHIFT_MIN + 7 >= PAGE_SHIFT  # meta_words' length code names every page shift
+assert max_small(PAGE_SHIFT) == MAX_SMALL
+assert all(page_shift_of(meta_words(n, ps)) == ps
+           and free_tree(n, ps) == bits_base(n) + n * bitmap_words(ps)
+           and room_tree(n, NCLASSES, ps) <= meta_words(n, ps) < room_tree(n, NCLASSES, ps) + 8
+           for ps in range(PAGE_SHIFT_MIN, PAGE_SHIFT + 1) for n in (1, 2, 33, 1025))

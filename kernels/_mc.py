@@ -2,8 +2,9 @@
 
 An example module defines its kernels, a :class:`Result` subclass with its
 own figures, ``SIGNATURES`` (kernel name -> argument types, as words for
-:func:`signatures`), ``worst_case_bytes(threads)``, ``SIM_SECONDS_PER_THREAD``
-and three functions:
+:func:`signatures`), ``worst_case_bytes(threads)``, ``SIM_SECONDS_PER_THREAD``,
+``HEAP_PER_THREAD`` (its heap's bytes a thread: :func:`heap_capacity`) and
+three functions:
 
 * ``simulate(lc, heap)`` runs the heap version (on ``heap``), its
   worst-case twin, its count + scan + exact twin and (on a GPU) its NRT
@@ -70,6 +71,16 @@ _JUMP = (0xBEAC0467EBA5FACB, 0xD86B048B86AA9922)
 #: Simulator launches are cut into about this many pieces when a progress
 #: bar is shown, so that it moves (one block at a time runs anyway).
 BAR_STEPS = 100
+
+
+def heap_capacity(threads, per_thread):
+    """Return the capacity of an example's heap by default: 1 MiB plus ``per_thread`` a thread.
+
+    ``per_thread`` is the example's ``HEAP_PER_THREAD``; the heap's page is
+    ``Heap(page="auto")``'s for that capacity (bench/sweep.py computes the
+    heap's peak with the same page).
+    """
+    return (1 << 20) + per_thread * threads
 
 
 def _rotl(x, k):
@@ -201,9 +212,12 @@ class Runner(Meter):
         """Return a new heap (a debug heap if ``debug``, with profile counters if ``profile``).
 
         ``capacity`` None means 1 MiB plus ``per_thread`` bytes per thread.
+        The page is the heap's automatic one (``Heap(page="auto")``: small
+        pages for a small heap, so a small run does not hold a 16 KiB page
+        per size class it touches).
         """
-        return devalloc.Heap(capacity or (1 << 20) + per_thread * self.threads, debug=debug,
-                             profile=profile)
+        return devalloc.Heap(capacity or heap_capacity(self.threads, per_thread), debug=debug,
+                             profile=profile, page="auto")
 
     def finish(self, heap, debug=False):
         """Return ``heap.usage()``; on a debug heap also ``check()`` it (raises on misuse)."""

@@ -22,10 +22,12 @@ The second pass needs the path, but only some of it, for only some paths:
   alive and in the money (about 27 %) keep them for the second pass, which
   is a second kernel launch: the blocks live across launches.
 
-* ``barrier_heap``: points go into a chain of CHUNK_BYTES heap blocks (a
-  link word and CHUNK_POINTS points each), allocated as the path needs them;
-  all chunks are one size class, so they pack pages tightly.
-  ``bridge_heap`` reads each kept chain, draws the bridge tests, frees it.
+* ``barrier_heap``: when a path first comes within the band, at step
+  ``k``, it allocates one heap block of exactly the points it keeps if it
+  survives: the point before the step, and one a step from ``k`` to the
+  last (``kept_points(k)``, 2 to NSTEPS + 1 float64). A path that dies, or
+  ends out of the money, frees it. ``bridge_heap`` reads each kept block,
+  draws the bridge tests, frees it.
 * ``barrier_worst_case`` / ``bridge_worst_case``: the way it is written
   today: a global ``threads x (NSTEPS + 1)`` array, every path's worst case.
 * ``barrier_count`` / ``barrier_fill`` / ``bridge_exact``: count + scan +
@@ -36,21 +38,24 @@ The second pass needs the path, but only some of it, for only some paths:
   array cannot outlive it.
 
 Memory: the worst case is (NSTEPS + 1) float64 per path, 264 B; the heap
-holds about 27 % of the paths' chains of 64 B chunks between the passes.
-Measured on the simulator (seed 1): peak 16,384 B vs 67,584 B at 256
-threads; 147,456 B vs 792,000 B at 3,000 threads (seed 5; 163,840 B with
-the 128 B chunks before issue 30).
+holds the kept points of about 27 % of the paths between the passes, each
+in a block of their size class (16 B steps to 128 B, then at most 25 %).
+Before issue 30 the points went into chains of 128 B, then 64 B, chunks (a
+link word and 15 or 7 points each) grown as the path needed them: 1.35x the
+kept bytes from 64K threads up with 64 B chunks, against 1.07x at 1M
+threads with one exact block (bench/sweep.py, bench/RESULTS.md). Measured
+on the simulator (the heap's page ``page="auto"``'s): peak 18,432 B vs
+67,584 B at 256 threads (seed 1; 13,312 B with 64 B chunks: one class
+against 11 here); 131,072 B vs 792,000 B at 3,000 threads (seed 5;
+147,456 B with 64 B chunks).
 
 All draw the same numbers from the same per-thread xoroshiro128+ stream, so
-their payoffs are identical. If the heap cannot serve a chunk (``alloc``
+their payoffs are identical. If the heap cannot serve a block (``alloc``
 returns NULL, counted in ``usage().failed``) the path's payoff is NaN, and
 the comparison with the twin says so.
 
 Run: ``python -m devalloc demo --example barrier_option [--threads N] [--seed S]``
 (or ``python kernels/barrier_option.py`` with the same options).
-
-Longer than 500 lines because its five versions must draw the same numbers
-in the same order, which a reader checks only with them side by side.
 """
 
 if __name__ == "__main__":  # python kernels/NAME.py: see _script.py
@@ -90,13 +95,15 @@ VOL = SIGMA * math.sqrt(DT)
 BAND_LOG = BAND * VOL
 DISCOUNT = math.exp(-RATE * MATURITY)
 
-#: A chunk: one int64 link (offset of the next chunk, or NULL), then points.
-#: 64 B: the link and the last chunk's unused points cost 1.34x the kept
-#: points' bytes from 64K threads up, against 1.49x with 128 B chunks
-#: (issue 30, bench/sweep.py), in one size class still.
-CHUNK_WORDS = 8
-CHUNK_BYTES = 8 * CHUNK_WORDS
-CHUNK_POINTS = CHUNK_WORDS - 1
+
+@cuda.jit(device=True)
+def kept_points(k):
+    """Return the points a path keeps if it first comes within the band at step ``k``.
+
+    The point before step ``k`` and the one after each step from ``k`` to
+    the last: a path that survives keeps every one of them.
+    """
+    return 1 + NSTEPS - k
 
 
 @cuda.jit(device=True)
@@ -114,38 +121,6 @@ def _bridge_crosses(states, i, a, c):
     return 1.0 - xoroshiro128p_uniform_float64(states, i) < p
 
 
-@cuda.jit(device=True)
-def _free_chain(ctx, head):
-    off = head
-    while off != devalloc.NULL:
-        nxt = devalloc.view(ctx, off, CHUNK_WORDS, np.int64)[0]
-        devalloc.free(ctx, off)
-        off = nxt
-
-
-@cuda.jit(device=True)
-def _append(ctx, head, tail, fill, v):
-    """Append point ``v`` to the chain; return ``(head, tail, fill)``.
-
-    ``tail`` is the offset of the last chunk and ``fill`` its points; a full
-    (or absent) chunk is followed by a new one. Returns ``tail == NULL`` when
-    ``alloc`` fails.
-    """
-    if fill == CHUNK_POINTS:
-        off = devalloc.alloc(ctx, CHUNK_BYTES)
-        if off == devalloc.NULL:
-            return head, off, fill
-        devalloc.view(ctx, off, CHUNK_WORDS, np.int64)[0] = devalloc.NULL
-        if head == devalloc.NULL:
-            head = off
-        else:
-            devalloc.view(ctx, tail, CHUNK_WORDS, np.int64)[0] = off  # link
-        tail = off
-        fill = 0
-    devalloc.view(ctx, tail, CHUNK_WORDS, np.float64)[1 + fill] = v
-    return head, tail, fill + 1
-
-
 @cuda.jit
 def barrier_heap(ctx, states, payoff, heads, counts):
     i = cuda.grid(1)
@@ -154,9 +129,8 @@ def barrier_heap(ctx, states, payoff, heads, counts):
     payoff[i] = 0.0
     heads[i] = devalloc.NULL
     counts[i] = 0
-    head = devalloc.NULL  # the chain of kept points: none until the band
-    tail = devalloc.NULL
-    fill = CHUNK_POINTS  # "full": the first point allocates a chunk
+    off = devalloc.NULL  # the block of kept points: none until the band
+    pts = devalloc.view(ctx, off, 0, np.float64)  # empty until then
     n = 0  # points kept
     x = LOG_SPOT
     z2 = 0.0
@@ -172,21 +146,22 @@ def barrier_heap(ctx, states, payoff, heads, counts):
             alive = False
             break
         if n == 0 and LOG_BARRIER - x < BAND_LOG:
-            head, tail, fill = _append(ctx, head, tail, fill, prev)
+            off = devalloc.alloc(ctx, 8 * kept_points(k))
+            if off == devalloc.NULL:
+                payoff[i] = math.nan  # the heap is full: no exact answer
+                return
+            pts = devalloc.view(ctx, off, kept_points(k), np.float64)
+            pts[0] = prev
             n = 1
-        if n > 0 and tail != devalloc.NULL:
-            head, tail, fill = _append(ctx, head, tail, fill, x)
+        if n > 0:
+            pts[n] = x
             n += 1
-        if n > 0 and tail == devalloc.NULL:
-            payoff[i] = math.nan  # the heap is full: no exact answer
-            _free_chain(ctx, head)
-            return
     if not alive or x <= LOG_STRIKE:
-        _free_chain(ctx, head)  # pays 0 whatever the bridge says
+        devalloc.free(ctx, off)  # pays 0 whatever the bridge says (NULL: nothing kept)
         return
     payoff[i] = DISCOUNT * (math.exp(x) - STRIKE)
     if n > 0:
-        heads[i] = head  # kept for the second pass
+        heads[i] = off  # kept for the second pass: exactly its n points
         counts[i] = n
 
 
@@ -195,22 +170,8 @@ def bridge_heap(ctx, states, payoff, heads, counts):
     i = cuda.grid(1)
     if i >= payoff.shape[0] or heads[i] == devalloc.NULL:
         return
-    off = heads[i]
-    pts = devalloc.view(ctx, off, CHUNK_WORDS, np.float64)
-    a = pts[1]
-    j = 1  # index of the next point in the current chunk
-    for _ in range(counts[i] - 1):
-        j += 1
-        if j == CHUNK_WORDS:
-            off = devalloc.view(ctx, off, CHUNK_WORDS, np.int64)[0]
-            pts = devalloc.view(ctx, off, CHUNK_WORDS, np.float64)
-            j = 1
-        c = pts[j]
-        if _bridge_crosses(states, i, a, c):
-            payoff[i] = 0.0
-            break
-        a = c
-    _free_chain(ctx, heads[i])
+    _bridge(devalloc.view(ctx, heads[i], counts[i], np.float64), states, i, payoff, counts)
+    devalloc.free(ctx, heads[i])
     heads[i] = devalloc.NULL
 
 
@@ -306,7 +267,10 @@ def bridge_exact(points, starts, states, payoff, counts):
 
 
 def _barrier_nrt(states, payoff, counts):
-    """NRT twin: the kept points in a growing ``np.empty`` array, bridge tests in the same thread.
+    """NRT twin: the kept points in an ``np.empty`` array, bridge tests in the same thread.
+
+    The array is made, as the heap version's block, of ``kept_points(k)``
+    points when the path first comes within the band at step ``k``.
 
     An NRT array dies with its thread, so the second pass cannot be a
     second launch; it draws the same numbers right after the path, as the
@@ -333,15 +297,10 @@ def _barrier_nrt(states, payoff, counts):
             alive = False
             break
         if n == 0 and LOG_BARRIER - x < BAND_LOG:
-            path = np.empty(CHUNK_POINTS, np.float64)
+            path = np.empty(kept_points(k), np.float64)
             path[0] = prev
             n = 1
         if n > 0:
-            if n == path.shape[0]:  # full: twice as large, copy; the old one dies
-                bigger = np.empty(2 * n, np.float64)
-                for j in range(n):
-                    bigger[j] = path[j]
-                path = bigger
             path[n] = x
             n += 1
     if not alive or x <= LOG_STRIKE:
@@ -392,6 +351,10 @@ def exact_price(spot=SPOT, strike=STRIKE, barrier=BARRIER, rate=RATE, sigma=SIGM
 SIM_SECONDS_PER_THREAD = 1.9e-2
 
 
+#: Heap bytes a thread beyond the first MiB, by default (``_mc.heap_capacity``).
+HEAP_PER_THREAD = 512
+
+
 def worst_case_bytes(threads):
     """Return the bytes the worst-case version preallocates for ``threads``."""
     return threads * (NSTEPS + 1) * 8
@@ -406,14 +369,16 @@ class BarrierResult(_mc.Result):
     snapshot_label = "between the passes (kept paths live)"
 
     paths_kept: int
-    chunks_between_passes: int
+    blocks_between_passes: int
+    #: Points each path kept for the second pass (0: none).
+    kept: np.ndarray
 
     def summary_lines(self):
         return [
             f"up-and-out call price {_mc.pm(self.answer, self.stderr)} "
             f"(closed form, continuous monitoring: {self.expected:.4f})",
             f"paths kept for the second pass: {self.paths_kept} of {self.threads} "
-            f"({self.chunks_between_passes} chunks of {CHUNK_BYTES} B)",
+            f"({self.blocks_between_passes} blocks of their kept points)",
         ]
 
 
@@ -435,7 +400,7 @@ def simulate(lc, heap):
     lc.launch(barrier_heap, heap.ctx, states, pay_heap, heads, counts_heap)
     with lc.untimed():
         between = heap.usage()  # the kept paths, live between the passes
-    lc.say(f"heap version, pass 2: bridge tests on {between.live_blocks} chunks")
+    lc.say(f"heap version, pass 2: bridge tests on {between.live_blocks} kept paths")
     lc.launch(bridge_heap, heap.ctx, states, pay_heap, heads, counts_heap)
     lc.end()
     usage = lc.finish(heap, heap.debug)
@@ -494,7 +459,8 @@ def result(shard):
         usage=usage,
         snapshot=between,
         paths_kept=int((shard.arrays["kept"] > 0).sum()),
-        chunks_between_passes=between.live_blocks,
+        blocks_between_passes=between.live_blocks,
+        kept=shard.arrays["kept"],
         methods=shard.methods,
     )
 
@@ -509,7 +475,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     a block or freed wrongly (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=512, profile=profile)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=HEAP_PER_THREAD, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

@@ -30,11 +30,12 @@ with a margin: MAX_STACK = 256 entries (4 KiB) per thread.
 * ``transport_nrt``: the heap version's growing stack from ``np.empty``
   (CUDA's malloc through NRT; run on a GPU only).
 
-Memory, measured on the simulator: heap peak 32,768 B (49,152 B in some
-runs: the simulator's thread switching decides how many stacks overlap) vs
-1,048,576 B at 256 threads (seed 1); 49,152 B vs 12,288,000 B at 3,000
-threads (seed 5). On a GPU all threads run at once, so more stacks overlap,
-but only those of the histories that split.
+Memory, measured on the simulator (the heap's page ``page="auto"``'s,
+1 KiB here): heap peak 3,072 B vs 1,048,576 B at 256 threads (seed 1);
+3,072 B vs 12,288,000 B at 3,000 threads (seed 5); with 16 KiB pages,
+before issue 30, 32,768 and 49,152 B (the simulator's thread switching
+decides how many stacks overlap). On a GPU all threads run at once, so
+more stacks overlap, but only those of the histories that split.
 
 All draw the same numbers from the same per-thread xoroshiro128+ stream
 and drop a secondary in the same case (stack at MAX_STACK), so their tallies
@@ -311,6 +312,10 @@ transport_nrt = cuda.jit(_transport_nrt)
 SIM_SECONDS_PER_THREAD = 1.0e-2
 
 
+#: Heap bytes a thread beyond the first MiB, by default (``_mc.heap_capacity``).
+HEAP_PER_THREAD = 256
+
+
 def worst_case_bytes(threads):
     """Return the bytes the worst-case version preallocates for ``threads``."""
     return threads * MAX_STACK * ENTRY_BYTES
@@ -429,7 +434,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     arguments are every example's (see ``_mc``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=256, profile=profile)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=HEAP_PER_THREAD, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

@@ -28,11 +28,13 @@ SITES`` for start s), with their standard errors.
 
 Memory. Every walk's block is live at the gather, so the heap's peak is
 the live bytes plus, per size class in use, the unused rest of its slabs
-(whole 16 KiB pages). With 20-odd classes in use that rest dominates at
-small sizes: measured on the simulator (seed 1), the peak is 294,912 B
-against a worst case of 262,144 B at 64 threads, 344,064 B vs 1,048,576 B
-at 256, 425,984 B vs 4,194,304 B at 1,024 and 1,064,960 B vs 16,777,216 B
-at 4,096 threads.
+(whole pages: the heap's page is ``page="auto"``'s, 1 KiB up to 1,024
+threads, 2 KiB at 4,096; walks over half a page take whole pages). Measured
+on the simulator (seed 1): 24,576 B against a worst case of 262,144 B at 64
+threads, 64,512 B vs 1,048,576 B at 256, 246,784 B vs 4,194,304 B at 1,024
+and 935,936 B vs 16,777,216 B at 4,096 threads (with 16 KiB pages, before
+issue 30: 294,912, 344,064, 425,984 and 1,064,960 B, 20-odd classes in use
+holding a mostly empty 16 KiB page each).
 
 Steps come from the top 32 bits of each 64-bit xoroshiro128+ output (the
 strongest bits; one draw serves 32 steps). Both versions draw the same
@@ -173,6 +175,10 @@ def exact_occupation(sites=SITES, start=START):
 #: cores shared with other jobs, load about 4): (17.1 - 5.3) / 3840.
 #: An estimate good to a factor of about 2.
 SIM_SECONDS_PER_THREAD = 3.1e-3
+
+
+#: Heap bytes a thread beyond the first MiB, by default (``_mc.heap_capacity``).
+HEAP_PER_THREAD = 512
 
 
 def worst_case_bytes(threads):
@@ -343,7 +349,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     a block or freed wrongly (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=512, profile=profile)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=HEAP_PER_THREAD, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

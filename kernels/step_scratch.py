@@ -183,7 +183,7 @@ SIM_SECONDS_PER_THREAD = 0.28
 #: ``MAX_K * 4`` = 128 B at a time; twice that leaves room for partly filled
 #: slabs. (It was 0: a 1 MiB heap, enough for the simulator's one block at a
 #: time, failed 1.9 million of 8 million allocations at 1M threads on an H100.)
-PER_THREAD = 2 * 256
+HEAP_PER_THREAD = 2 * 256
 
 
 def worst_case_bytes(threads):
@@ -319,13 +319,13 @@ def run(threads=128, seed=1, *, capacity=None, block=32, progress=None, debug=Fa
         profile=False):
     """Run the three versions; return a :class:`StepResult`.
 
-    ``capacity`` defaults to 1 MiB plus :data:`PER_THREAD` bytes per thread
+    ``capacity`` defaults to 1 MiB plus :data:`HEAP_PER_THREAD` bytes per thread
     (on a GPU every thread may hold its scratch at once). ``progress`` is told each phase (see
     :class:`_mc.Runner`). ``debug`` runs the heap versions on a debug heap
     and raises ``HeapCorruption`` on misuse (``Heap.check``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=PER_THREAD, profile=profile)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=HEAP_PER_THREAD, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

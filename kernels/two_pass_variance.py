@@ -151,6 +151,10 @@ variance_nrt = cuda.jit(_variance_nrt)
 SIM_SECONDS_PER_THREAD = 1.3e-2
 
 
+#: Heap bytes a thread beyond the first MiB, by default (``_mc.heap_capacity``).
+HEAP_PER_THREAD = 256
+
+
 def worst_case_bytes(threads):
     """Return the bytes the worst-case version preallocates for ``threads``."""
     return threads * MAX_SAMPLES * 4
@@ -244,7 +248,7 @@ def run(threads=256, seed=1, *, capacity=None, block=64, progress=None, debug=Fa
     arguments are every example's (see ``_mc``).
     """
     lc = _mc.Runner(threads, seed, block, progress)
-    return result(simulate(lc, lc.heap(capacity, debug, per_thread=256, profile=profile)))
+    return result(simulate(lc, lc.heap(capacity, debug, per_thread=HEAP_PER_THREAD, profile=profile)))
 
 
 #: Kernel name -> argument words of :func:`_mc.signatures`.

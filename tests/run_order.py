@@ -31,6 +31,9 @@ from collections import namedtuple
 #: Seconds of the long tests (node id -> seconds, measured with --durations;
 #: the call, or the setup where it computes a module's fixture alone).
 SECONDS = {
+    # a page per heap (tests/test_page_compile.py): compiles in a subprocess
+    "tests/test_page_compile.py::test_every_operation_compiles_alike_for_every_page": 30,
+    "tests/test_page_compile.py::test_alloc_view_free_compiles_alike_on_1_kib_pages": 8,
     # the explorer (tests/test_explorer.py): whole explorations
     "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[free_vs_alloc_long]": 70,
     "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[group_retire]": 60,

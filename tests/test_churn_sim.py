@@ -34,11 +34,11 @@ pytestmark = pytest.mark.usefixtures("fine_interleaving")
 # ----------------------------------------------------------------- helpers
 
 
-def rounded(n):
-    """Return the bytes the heap reserves for a block of ``n`` bytes."""
-    if n <= L.MAX_SMALL:
+def rounded(n, ps=L.PAGE_SHIFT):
+    """Return the bytes the heap reserves for a block of ``n`` bytes (pages of ``2**ps``)."""
+    if n <= L.max_small(ps):
         return L.class_size(L.size_class(n))
-    return L.pages_for(n) * L.PAGE
+    return L.pages_for(n, ps) << ps
 
 
 def nthreads(shape):
@@ -46,17 +46,20 @@ def nthreads(shape):
     return blocks * int(np.prod(tpb))
 
 
-def size_table(seed, threads, rounds, large=0.06, large_max=40_000):
-    """Return a (threads, rounds) table: 1..8192 bytes, a few large blocks."""
+def size_table(seed, threads, rounds, large=0.06, large_max=40_000, ps=L.PAGE_SHIFT):
+    """Return a (threads, rounds) table: 1..8192 bytes (half a page: slab
+    blocks), a few large blocks (up to ``large_max`` in 16 KiB pages, scaled
+    to the page)."""
     rng = np.random.default_rng(seed)
-    sizes = rng.integers(1, L.MAX_SMALL + 1, (threads, rounds))
+    sizes = rng.integers(1, L.max_small(ps) + 1, (threads, rounds))
     big = rng.random((threads, rounds)) < large
-    sizes[big] = rng.integers(L.MAX_SMALL + 1, large_max + 1, int(big.sum()))
+    sizes[big] = rng.integers(L.max_small(ps) + 1, (large_max >> (L.PAGE_SHIFT - ps)) + 1,
+                              int(big.sum()))
     return sizes.astype(np.int64)
 
 
-def check_disjoint(offs, sizes):
-    spans = sorted((int(o), int(o) + rounded(int(n))) for o, n in zip(offs, sizes))
+def check_disjoint(offs, sizes, ps=L.PAGE_SHIFT):
+    spans = sorted((int(o), int(o) + rounded(int(n), ps)) for o, n in zip(offs, sizes))
     for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
         assert a1 <= b0, f"blocks [{a0}, {a1}) and [{b0}, {b1}) overlap"
 
@@ -203,11 +206,13 @@ def zeros(t, *more):
     return np.zeros((t, *more), np.int64)
 
 
-def check_churn(shape, seed, rounds=16):
+def check_churn(shape, seed, rounds=16, page=None):
     t = nthreads(shape)
-    sizes = size_table(seed, t, rounds)
-    # Room for every thread's largest block at once, twice over.
-    heap = devalloc.Heap(2 * t * max(rounded(int(n)) for n in sizes.ravel()) + (1 << 20))
+    ps = L.PAGE_SHIFT if page is None else L.floor_log2(page)
+    sizes = size_table(seed, t, rounds, ps=ps)
+    # Room for every thread's largest block at once, twice over (and 64 pages).
+    heap = devalloc.Heap(2 * t * max(rounded(int(n), ps) for n in sizes.ravel())
+                         + (64 << ps), page=page)
     ok, nulls, bad = zeros(t), zeros(t), zeros(t)
     blocks, tpb = shape
     k_churn[blocks, tpb](heap.ctx, sizes, ok, nulls, bad)
@@ -218,10 +223,12 @@ def check_churn(shape, seed, rounds=16):
     check_drained(heap, allocs=int(ok.sum()), failed=0)
 
 
-def check_hold_two(shape, seed, rounds=12):
+def check_hold_two(shape, seed, rounds=12, page=None):
     t = nthreads(shape)
-    sizes = size_table(seed, t, rounds)
-    heap = devalloc.Heap(3 * t * max(rounded(int(n)) for n in sizes.ravel()) + (1 << 20))
+    ps = L.PAGE_SHIFT if page is None else L.floor_log2(page)
+    sizes = size_table(seed, t, rounds, ps=ps)
+    heap = devalloc.Heap(3 * t * max(rounded(int(n), ps) for n in sizes.ravel())
+                         + (64 << ps), page=page)
     ok, nulls, bad = zeros(t), zeros(t), zeros(t)
     held_off = np.full((t, 2), NULL, np.int64)
     held_n, held_key = zeros(t, 2), zeros(t, 2)
@@ -233,13 +240,14 @@ def check_hold_two(shape, seed, rounds=12):
     assert held_n.tolist() == sizes[:, -2:].tolist()
     offs, ns = held_off.ravel(), held_n.ravel()
     assert (offs % L.ALIGN == 0).all() and (offs >= 0).all()
-    check_disjoint(offs, ns)
+    check_disjoint(offs, ns, ps)
     assert sorted(heap.live()) == sorted(
-        (int(o), rounded(int(n))) for o, n in zip(offs, ns))
+        (int(o), rounded(int(n), ps)) for o, n in zip(offs, ns))
     u = heap.usage()
     live = 2 * t
     assert (u.allocs, u.frees, u.live_blocks) == (t * rounds, t * rounds - live, live)
-    assert u.in_use == sum(rounded(int(n)) for n in ns)
+    assert u.in_use == sum(rounded(int(n), ps) for n in ns)
+    assert u.large_blocks == sum(int(n) > L.max_small(ps) for n in ns)
     assert (u.failed, u.invalid_frees) == (0, 0)
     k_verify_free_held[blocks, tpb](heap.ctx, held_off, held_n, held_key, bad)
     assert bad.tolist() == [0] * t
@@ -332,3 +340,15 @@ def test_exhaustion_serves_every_slot_and_counts_every_null(n):
 @pytest.mark.parametrize("seed", [5, 6])
 def test_exhaustion_with_mixed_sizes_counts_every_null(seed):
     check_exhaust_mixed(seed)
+
+
+@pytest.mark.parametrize("page", [4096, 1024])
+def test_churn_on_small_pages_counters_reconcile(page):
+    # Heap(page=): half a page is the largest slab block, large blocks of a
+    # few pages; the same rules (no NULL in a roomy heap, exact counters).
+    check_churn((1, 32), seed=31, page=page)
+
+
+@pytest.mark.parametrize("page", [4096, 1024])
+def test_churn_on_small_pages_holding_two_blocks_leaves_a_disjoint_live_set(page):
+    check_hold_two((2, 16), seed=37, page=page)

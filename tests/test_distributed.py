@@ -224,7 +224,8 @@ def test_attach_again_replaces_the_heaps(attached):
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    ({"stream": 0}, TypeError, "takes only debug and device"),
+    ({"stream": 0}, TypeError, "takes only debug, device, page"),
+    ({"page": 3000}, ValueError, "page= must be"),
     ({"memory": None}, TypeError, "cannot be sent to workers"),
 ])
 def test_attach_refuses_what_a_worker_cannot_use(client, kwargs, error, match):

@@ -89,11 +89,13 @@ def test_particle_transport_matches_worst_case_and_frees_everything():
 def test_barrier_option_matches_worst_case_and_frees_everything():
     r = check_matches_twin_and_frees_everything(bo)
     assert abs(r.answer - bo.exact_price()) < 5 * r.stderr
-    # Between the passes only the kept paths' chunks are live, all one class.
+    # Between the passes only the kept paths' blocks are live, one a path, each
+    # of exactly its kept points (in their size class: blocks are at most 264 B).
     snap = r.snapshot
-    assert 0 < r.paths_kept <= snap.live_blocks == r.chunks_between_passes
-    assert set(snap.classes) == {bo.CHUNK_BYTES}
-    assert snap.in_use == snap.live_blocks * bo.CHUNK_BYTES
+    kept = r.kept[r.kept > 0]
+    assert 0 < r.paths_kept == kept.size == snap.live_blocks == r.blocks_between_passes
+    assert snap.in_use == sum(L.class_size(L.size_class(8 * int(n))) for n in kept)
+    assert ((kept >= 2) & (kept <= bo.NSTEPS + 1)).all()
 
 
 def test_barrier_closed_form_limits():
@@ -104,8 +106,8 @@ def test_barrier_closed_form_limits():
 
 
 def test_ragged_walks_match_worst_case_and_gather_everything():
-    # 256 threads: below about 100 walks, one page per size class in use
-    # outweighs the worst case (see the module docstring).
+    # 256 threads: with 16 KiB pages, below about 100 walks one page per size
+    # class in use outweighed the worst case (see the module docstring).
     threads = 256
     r = check_matches_twin_and_frees_everything(rw, threads=threads, block=64)
     counts, compact = r.counts, r.compact
@@ -117,10 +119,22 @@ def test_ragged_walks_match_worst_case_and_gather_everything():
     steps = np.abs(np.diff(compact))
     steps[starts[1:] - 1] = 1  # walk boundaries
     assert (steps == 1).all()
-    # Before the gather every walk had its block, of exactly its size's class.
+    # Before the gather every walk had its block, of exactly its size's class
+    # (whole pages of the heap's page above half a page: page="auto" gives
+    # this small heap 1 KiB pages, so the longer walks' blocks are large).
     snap = r.snapshot
     assert snap.live_blocks == threads and snap.allocs == threads and snap.frees == 0
-    assert snap.in_use == sum(L.class_size(L.size_class(int(n) * rw.ITEM_BYTES)) for n in counts)
+    ps = L.floor_log2(snap.page)
+    assert snap.page == 1 << ps < L.PAGE
+
+    def held(nbytes):
+        if nbytes <= L.max_small(ps):
+            return L.class_size(L.size_class(nbytes))
+        return L.pages_for(nbytes, ps) << ps
+
+    sizes = [int(n) * rw.ITEM_BYTES for n in counts]
+    assert snap.in_use == sum(held(z) for z in sizes)
+    assert snap.large_blocks == sum(z > L.max_small(ps) for z in sizes) > 0
     assert abs(r.answer - r.expected) < 5 * r.stderr
     assert sum(r.histogram) == pytest.approx(r.answer)
 

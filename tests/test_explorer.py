@@ -182,6 +182,85 @@ def test_exhaustive_exploration_catches_broken_variant(name):
     assert not again.ok and again.failure.invariant == r.failure.invariant
 
 
+#: Smaller pages (Heap(page=)): the scenarios with their sizes scaled to
+#: the page (scenarios.at_page), at 1 KiB: the page farthest from the
+#: default (two bitmap words a page, 512-byte slab blocks at most); the
+#: fast tier explores these three, the full tier every one but those that
+#: take over 4 s, which only the deep bounds add (DEVALLOC_EXPLORE_DEEP=1;
+#: their geometry is the default page's scaled, and the broken variants of
+#: reuse_race and slab_same_word are caught at 1 KiB below).
+SMALL_PAGE_FAST = ("slab_same_word", "slab_full", "class_change")
+SMALL_PAGE_LONG = ("reuse_race", "large_vs_slab", "group_two_words", "group_retire",
+                   "free_vs_alloc_long", "class_change_long", "free_vs_alloc",
+                   "large_vs_large", "slab_vs_large_one_page", "bump_race", "spread_widen",
+                   "group_reuse", "group_partial", "realloc_vs_alloc_write", "realloc_vs_free",
+                   "realloc_in_place_vs_free")
+
+
+@pytest.mark.parametrize("sc, ps", [
+    tier(sc.name in SMALL_PAGE_FAST, sc, 10, id_=f"{sc.name}@1024") for sc in EXHAUSTIVE
+    if sc.name not in SMALL_PAGE_LONG or scenarios.deep_requested()])
+def test_exhaustive_exploration_of_small_pages_finds_no_violation(sc, ps):
+    small = scenarios.at_page(sc, ps)
+    r = explorer.explore(small, BOUNDS.max_executions)
+    print(r.summary())
+    assert r.ok, r.report()
+    if not scenarios.deep_requested():
+        assert r.complete, r.summary()
+        assert r.states > 100
+
+
+@pytest.mark.parametrize("name", [
+    tier(n in (FAST_CAUGHT, "find_settle_gives_up"), n, id_=n) for n in sorted(CAUGHT)])
+def test_broken_variants_are_caught_on_small_pages(name):
+    # The broken copies read the page from the metadata as the real code does.
+    scenario, invariants, where = CAUGHT[name]
+    sc = scenarios.at_page(scenarios.by_name(scenario), 10)
+    r = explorer.explore(sc, BOUNDS.max_executions, overrides=variant(name))
+    report = r.report()
+    assert not r.ok, f"{name} was not caught on 1 KiB pages: {r.summary()}"
+    assert r.failure.invariant in invariants, report
+    assert f" {where}:" in r.failing_trace
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sc", [pytest.param(sc, id=sc.name) for sc in scenarios.PCT])
+def test_pct_schedules_on_small_pages_find_no_violation(sc):
+    small = scenarios.at_page(sc, 10)
+    r = explorer.explore_pct(small, BOUNDS.pct_seeds, BOUNDS.pct_depths[0])
+    print(r.summary())
+    assert r.ok, r.report()
+
+
+def test_scenarios_at_a_small_page_scale_their_sizes():
+    sc = scenarios.at_page(scenarios.by_name("large_vs_slab"), 10)
+    assert (sc.name, sc.page_shift, sc.npages) == ("large_vs_slab@1024", 10, 2)
+    assert [t.ops for t in sc.threads] == [
+        (("alloc", 1250), ("write", 0), ("free", 0)),  # 20000 B: two pages either way
+        (("alloc", 16), ("free", 0), ("alloc", 16)),
+    ]
+    assert "2 page(s) of 1024 bytes" in sc.describe()
+    assert scenarios.by_name("large_vs_slab@1024") == sc  # as reports name it
+    for bad in ("large_vs_slab@3000", "large_vs_slab@32768", "large_vs_slab@big"):
+        with pytest.raises(KeyError, match="power of two from 1024 to 16384"):
+            scenarios.by_name(bad)
+    with pytest.raises(ValueError, match="small sizes"):
+        explorer.Scenario("bad", 1, (explorer.ThreadSpec(0, 0, (("scope", (600,)),)),),
+                          page_shift=10)  # 600 B is a large block in 1 KiB pages
+    with pytest.raises(ValueError, match="page_shift 9"):
+        explorer.Scenario("bad", 1, (), page_shift=9)
+
+
+def test_the_command_line_explores_a_scenario_on_a_small_page(capsys):
+    assert explorer.main(["slab_same_word@1024"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("slab_same_word@1024 [exhaustive]") and "complete" in out
+    for bad in ("slab_same_word@3000", "nonesuch@1024"):
+        with pytest.raises(SystemExit):
+            explorer.main([bad])
+    assert "power of two from 1024" in capsys.readouterr().err
+
+
 def sequential(n_threads):
     """Schedules of two threads that run one whole thread, then the other."""
     assert n_threads == 2
@@ -255,20 +334,40 @@ def test_device_modules_are_restored_after_exploring():
 # ---------------------------------------------------------- building blocks
 
 
-def test_explored_heap_is_laid_out_like_a_heap():
+@pytest.mark.parametrize("page", [None, 4096, 1024])
+def test_explored_heap_is_laid_out_like_a_heap(page):
+    ps = L.PAGE_SHIFT if page is None else L.floor_log2(page)
     for npages in (1, 2, 3):
-        heap = devalloc.Heap(L.capacity_for_pages(npages))
+        heap = devalloc.Heap(L.capacity_for_pages(npages, ps), page=page)
         assert heap.npages == npages
-        assert heap.ctx.meta.shape == (L.meta_words(npages),)
-        assert heap.ctx.arena.shape == (npages * L.PAGE,)
+        assert heap.ctx.meta.shape == (L.meta_words(npages, ps),)
+        assert heap.ctx.arena.shape == (npages << ps,)
         with explorer.installed():
-            m = explorer.Machine(explorer.Scenario("empty", npages, ()))
+            m = explorer.Machine(explorer.Scenario("empty", npages, (), page_shift=ps))
             try:
                 m.reset()
                 assert len(m.meta) == heap.ctx.meta.shape[0]
                 assert m.arena.shape == heap.ctx.arena.shape
             finally:
                 m.close()
+
+
+@pytest.mark.parametrize("ps", [10, 12, L.PAGE_SHIFT])
+def test_word_names_follow_the_layout_of_any_page(ps):
+    from devalloc.testing.invariants import word_name
+
+    n = 3
+    nwords = L.bitmap_words(ps)
+    assert word_name(L.state_word(2), n, ps) == "state[p2]"
+    assert word_name(L.bitmap_word(n, 0, 0, ps), n, ps) == "bits[p0][w0]"
+    assert word_name(L.bitmap_word(n, 2, nwords - 1, ps), n, ps) == f"bits[p2][w{nwords - 1}]"
+    assert word_name(L.free_tree(n, ps), n, ps) == "free[level 0][0]"
+    c = L.size_class(64)
+    assert word_name(L.room_tree(n, c, ps), n, ps) == f"room[c{c}=64B][level 0][0]"
+    end = L.room_tree(n, L.NCLASSES, ps)
+    names = [word_name(i, n, ps) for i in range(end, L.meta_words(n, ps))]
+    assert names == [f"pad[{k}]" for k in range(len(names))]
+    assert word_name(L.meta_words(n, ps), n, ps).endswith("(out of range)")
 
 
 def test_fake_ffs_matches_the_simulator():

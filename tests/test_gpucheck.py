@@ -36,6 +36,19 @@ def test_stress_kernel_finds_no_overlap_no_spurious_null_and_drains():
 
 
 @pytest.mark.usefixtures("fine_interleaving")
+def test_stress_kernel_on_small_pages_finds_no_overlap_no_spurious_null_and_drains():
+    from devalloc.gpucheck import stress
+
+    if ON_GPU:
+        r = stress.run(rounds=60, warps_per_sm=8, page=1024)
+    else:
+        r = stress.run(threads=64, rounds=5, block=32, max_large=40_000, page=1024)
+    assert r["page"] == 1024
+    assert stress.verdict(r) == []
+    assert r["allocs"] > 0 and r["nulls"] == 0 and r["bad_blocks"] == 0
+
+
+@pytest.mark.usefixtures("fine_interleaving")
 def test_stress_kernel_on_a_tight_heap_fails_some_and_corrupts_nothing():
     from devalloc import layout as L
     from devalloc.gpucheck import stress

@@ -186,13 +186,23 @@ def test_layout_constants_are_re_exported_unchanged():
 
 TYPES_SCRIPT = """
 import numpy as np, numba, devalloc
-b, w, h = np.zeros(4, np.uint8), np.zeros(4, np.int64), np.zeros(4, np.uint16)
-print(numba.typeof(devalloc.Ctx(b, w)))
+from numba.cuda.cudadrv.devicearray import DeviceNDArray
+from devalloc.ctx import ctx_type_for
+from devalloc.host.paged import paged_meta
+# Device arrays as a heap makes them (no GPU: their memory is never touched);
+# the metadata typed with its page, as Heap does.
+def dev(dtype):
+    return DeviceNDArray((4,), (np.dtype(dtype).itemsize,), dtype, gpu_data=object())
+b, h, w = dev(np.uint8), dev(np.uint16), dev(np.int64)
+m = paged_meta(w, 14)
+print(numba.typeof(devalloc.Ctx(b, m)))
 print(devalloc.ctx_type)
-print(numba.typeof(devalloc.Ctx(b, w)) == devalloc.ctx_type)
-print(numba.typeof(devalloc.DebugCtx(b, w, w, h)))
+print(numba.typeof(devalloc.Ctx(b, m)) == devalloc.ctx_type)
+print(numba.typeof(devalloc.DebugCtx(b, m, w, h)))
 print(devalloc.debug_ctx_type)
-print(numba.typeof(devalloc.DebugCtx(b, w, w, h)) == devalloc.debug_ctx_type)
+print(numba.typeof(devalloc.DebugCtx(b, m, w, h)) == devalloc.debug_ctx_type)
+print(numba.typeof(devalloc.Ctx(b, paged_meta(w, 10))) == ctx_type_for(10))
+print(numba.typeof(devalloc.Ctx(b, paged_meta(w, 10))) != devalloc.ctx_type)
 """
 
 
@@ -218,6 +228,12 @@ def test_debug_ctx_type_is_the_type_of_a_debug_ctx_on_the_cuda_target(gpu_types)
     typeof_ctx, ctx_type, equal = gpu_types[3:6]
     assert typeof_ctx == ctx_type == str(devalloc.debug_ctx_type)
     assert equal == "True"
+
+
+def test_a_heaps_page_is_part_of_its_ctx_type_on_the_cuda_target(gpu_types):
+    # Heap(page=1024)'s ctx has its own type (kernels compile with the page
+    # as a constant, once per page size they meet): ctx_type_for(10).
+    assert gpu_types[6:8] == ["True", "True"]
 
 
 FIRST_USE_SCRIPT = """

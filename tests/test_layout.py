@@ -128,9 +128,48 @@ def test_metadata_regions_do_not_overlap():
     assert L.HINT_BASE + L.NCLASSES * L.HINT_STRIDE == L.STATE_BASE
     assert L.H_SPREAD_MAX < L.STRIPE_BASE
     assert L.bits_base(10) == L.STATE_BASE + 10
-    assert L.free_tree(10) == L.bits_base(10) + 10 * L.BITMAP_WORDS
-    assert L.room_tree(10, 0) == L.free_tree(10) + L.tree_stride(10)
-    assert L.meta_words(10) == L.room_tree(10, L.NCLASSES - 1) + L.tree_stride(10)
+    for ps in range(L.PAGE_SHIFT_MIN, L.PAGE_SHIFT + 1):
+        # Bitmaps (the page's own count of words each), the trees, then 0
+        # to 7 words of padding, whose count names the page shift.
+        assert L.bitmap_word(10, 0, 0, ps) == L.bits_base(10)
+        assert L.free_tree(10, ps) == L.bits_base(10) + 10 * L.bitmap_words(ps)
+        assert L.bitmap_word(10, 9, L.bitmap_words(ps) - 1, ps) == L.free_tree(10, ps) - 1
+        assert L.room_tree(10, 0, ps) == L.free_tree(10, ps) + L.tree_stride(10)
+        end = L.room_tree(10, L.NCLASSES - 1, ps) + L.tree_stride(10)
+        assert end <= L.meta_words(10, ps) < end + 8
+        assert L.page_shift_of(L.meta_words(10, ps)) == ps
+    assert L.bitmap_words(L.PAGE_SHIFT) == L.BITMAP_WORDS
+
+
+@pytest.mark.parametrize("ps", range(L.PAGE_SHIFT_MIN, L.PAGE_SHIFT + 1))
+def test_smaller_pages_geometry(ps):
+    # Every class a page of 2**ps bytes serves as slabs has two blocks or
+    # more, its bitmap fits the page's words, and the device's lookup
+    # (the largest page's block count shifted) is the exact count.
+    page = 1 << ps
+    assert L.max_small(ps) == min(L.MAX_SMALL, page // 2)
+    for c in range(L.NCLASSES):
+        if L.class_size(c) > L.max_small(ps):
+            assert c > L.size_class(L.max_small(ps))
+            continue
+        blocks = L.class_blocks(c, ps)
+        assert blocks == page // L.class_size(c) >= 2
+        assert blocks == L.class_blocks(c) >> (L.PAGE_SHIFT - ps)
+        assert L.class_words(c, ps) <= L.bitmap_words(ps)
+        assert sum(bin(L.word_valid_mask(c, w, ps)).count("1")
+                   for w in range(L.class_words(c, ps))) == blocks
+    assert L.pages_for(page, ps) == 1 and L.pages_for(page + 1, ps) == 2
+    assert L.capacity_for_pages(3, ps) == 3 * page and L.pages_for_capacity(3 * page + 1, ps) == 3
+    assert L.debug_size_slots(4, ps) == 4 * page // L.DEBUG_MIN_BLOCK
+    # A buffer's pages, with their metadata, fit it, and one more would not.
+    for nbytes in (L.memory_for_pages(1, ps), L.memory_for_pages(40, ps) + 999, 1 << 22):
+        n = L.pages_for_memory(nbytes, ps)
+        assert L.memory_for_pages(n, ps) <= nbytes < L.memory_for_pages(n + 1, ps)
+    # What each more page costs in metadata: its state word and bitmap, and
+    # its share of the trees (a smaller page, a smaller bitmap).
+    more = L.meta_bytes(1 << 16, ps) - L.meta_bytes(1 << 15, ps)
+    assert more <= (1 << 15) * L.meta_bytes_per_page(ps) + L.TREE_SLACK_BYTES + L.META_PAD_BYTES
+    assert L.meta_bytes_per_page(ps) < page // 8
 
 
 @pytest.mark.parametrize("npages", [1, 31, 32, 33, 1024, 1025, 40000, 1 << 20, L.MAX_PAGES])

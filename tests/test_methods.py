@@ -103,13 +103,20 @@ def test_exact_bytes_are_what_the_threads_needed():
 
 def test_the_sweeps_model_of_the_heap_peak_is_the_simulators_peak():
     # bench/sweep.py computes the heap's peak from a size histogram; where every
-    # block is live at once (ragged_walks, before the gather) that is exact.
+    # block is live at once (ragged_walks, before the gather) that is exact,
+    # with the page the example's heap really has (page="auto" on the
+    # capacity the example gives itself), and with no other page.
     from devalloc import layout as L
+    from devalloc.host.capacity import auto_page_shift
 
     for threads, seed in ((64, 7), (256, 1)):
         r = rw.run(threads=threads, seed=seed)
+        page = r.usage.page
+        assert page == 1 << auto_page_shift((1 << 20) + 512 * threads) < L.PAGE
         sizes, counts = np.unique(rw.ITEM_BYTES * r.counts, return_counts=True)
-        assert L.histogram_bytes(dict(zip(sizes.tolist(), counts.tolist()))) == r.heap_peak_bytes
+        hist = dict(zip(sizes.tolist(), counts.tolist()))
+        assert L.histogram_bytes(hist, page=page) == r.heap_peak_bytes
+        assert L.histogram_bytes(hist) != r.heap_peak_bytes  # the page matters
 
 
 def test_histogram_pages_exact():
@@ -245,17 +252,30 @@ def test_the_sweeps_example_designs_exact():
     assert M.transport_stacks(np.array([1, 3]), stack0=2).block.tolist() == [32, 64]
     s = M.barrier_chunks(np.array([0, 7, 8, 15]), words=8)  # a link word and 7 points
     assert s.blocks.tolist() == [0, 1, 2, 3] and set(s.block.tolist()) == {64}
-    s = M.barrier_chunks(np.array([0, 7, 8, 15]), words=0)  # one exact block per path
+    s = M.barrier_blocks(np.array([0, 7, 8, 15]))  # one exact block per path: the kernel's
     assert s.blocks.tolist() == [0, 1, 1, 1] and s.block.tolist() == [0, 56, 64, 120]
+    assert s.need.tolist() == s.block.tolist() and s.all_live
     assert M.barrier_chunks(np.array([15]), words=16).blocks.tolist() == [1]
 
 
-def test_the_sweeps_automatic_page_exact():
+def test_the_sweeps_page_is_the_examples_heaps_page():
+    # The sweep's heap is the one each example makes for itself (page="auto"
+    # on 1 MiB + HEAP_PER_THREAD a thread): 1 KiB pages at 256 threads, 16 KiB
+    # from 32K (512 B a thread) or 64K threads (256 B).
+    from devalloc.host.capacity import AUTO_PAGES
+
     sweep = _sweep()
-    assert sweep.AUTO_PAGES == 256
-    assert [sweep.auto_page(c) for c in (0, 512 * 1024 - 1, 512 * 1024, 1 << 20, (4 << 20) - 1)] == [
-        1024, 1024, 2048, 4096, 8192]
-    assert sweep.auto_page(4 << 20) == sweep.auto_page(1 << 40) == 16384  # at most the heap's page
+    assert AUTO_PAGES == 1024
+    for name, (_, module) in sweep.MODELS.items():
+        lc = _mc.Runner(256, 1, 64, None)
+        heap = lc.heap(None, per_thread=module.HEAP_PER_THREAD)
+        assert heap.page == sweep.heap_page(module, 256) == 1024, name
+        per = module.HEAP_PER_THREAD
+        assert sweep.heap_page(module, 1 << 20) == 16384
+        assert sweep.heap_page(module, (1 << 24) // per) == 16384  # capacity 17 MiB
+        assert sweep.heap_page(module, (1 << 23) // per) == 8192  # 9 MiB
+    assert sweep.held_bytes({100: 2, 600: 1, 5000: 1}, 1024) == 2 * 112 + 1024 + 5 * 1024
+    assert sweep.held_bytes({100: 2, 600: 1, 5000: 1}, 16384) == 2 * 112 + 640 + 5120
 
 
 def test_the_sweeps_levers(monkeypatch):
@@ -269,21 +289,23 @@ def test_the_sweeps_levers(monkeypatch):
     levers = dict(sweep.levers_for("barrier_option", module, s))
     for r in rows:
         n = r["threads"]
-        # The first lever is the heap as it is: the sweep's own packed / exact.
+        assert r["page"] == sweep.heap_page(module, n) == 1024
+        # The first lever is the heap as it is: the sweep's own packed / exact;
+        # the second the same blocks in 16 KiB pages (the rows' "before").
         today = r["heap_packed"] / r["exact"]
-        assert levers["today: 16 KiB pages, 4 classes a power of two"][n] == today
-        pages = [levers[f"{k} KiB pages"][n] for k in (1, 2, 4, 8)] + [today]
-        assert levers["the best of those pages at each size"][n] == min(pages)
-        # Chunks are one size class: no class rounding between requested and held;
-        # the metadata is that of a heap of exactly the peak.
-        assert r["requested"] == r["live_blocks"] * bo.CHUNK_BYTES == r["in_blocks"]
-        assert r["meta"] == L.meta_bytes(r["heap_packed"] // L.PAGE)
-    auto = levers[sweep.AUTO]
-    best = levers["the best of those pages at each size"]
-    assert all(best[n] <= auto[n] for n in (256, 1024))  # a rule: never below the best page
-    # One exact block per path touches many classes: more pages at 256 threads than chunks.
-    exact_blocks = levers["one block of exactly the kept points"]
-    assert exact_blocks[256] > levers["today: 16 KiB pages, 4 classes a power of two"][256]
+        assert levers[sweep.AUTO][n] == today == levers["1 KiB pages (page=1024)"][n]
+        assert levers[sweep.BEFORE][n] == r["heap_16k"] / r["exact"]
+        pages = [levers[f"{k} KiB pages (page={k * 1024})"][n] for k in (1, 2, 4, 8)]
+        assert levers[sweep.BEST][n] == min(pages + [levers[sweep.BEFORE][n]])
+        # One block of exactly the kept points a path: requested is exact; the
+        # metadata is that of a heap of exactly the peak, with its page.
+        assert r["requested"] == r["exact"] < r["in_blocks"] <= r["heap_packed"]
+        assert r["meta"] == L.meta_bytes(r["heap_packed"] // 1024, 10)
+    # Exact blocks touch many classes: 16 KiB pages hold far more at 256 threads.
+    assert levers[sweep.BEFORE][256] > 5 * levers[sweep.AUTO][256]
+    # The chains of 64 B chunks before: a link word and unused points, one class.
+    chunks = levers["before: chains of 64 B chunks (today one exact block a path), 16 KiB pages"]
+    assert chunks[256] < levers[sweep.BEFORE][256]
 
 
 def test_the_sweeps_histograms_and_crossovers(monkeypatch):
@@ -299,7 +321,10 @@ def test_the_sweeps_histograms_and_crossovers(monkeypatch):
     rows = sweep.rows_for("barrier_option", model, module, np.random.default_rng(1))
     for r in rows:
         assert r["worst"] == bo.worst_case_bytes(r["threads"])
-        assert r["heap_packed"] <= r["heap_spread"]
-        assert r["exact"] < r["count_scan"] and r["classes"] == 1  # one chunk size
-        # Chains of CHUNK_BYTES chunks: the heap holds at least the chunks' bytes.
-        assert r["heap_packed"] >= r["live_blocks"] * bo.CHUNK_BYTES
+        assert r["heap_packed"] <= r["heap_spread"] and r["heap_packed"] <= r["heap_16k"]
+        assert r["exact"] < r["count_scan"] and 1 < r["classes"] <= 16  # 16 to 264 B blocks
+        # One block a kept path: the heap holds at least the blocks' bytes.
+        assert r["heap_packed"] >= r["in_blocks"] >= r["exact"]
+        assert r["live_blocks"] < r["threads"]
+        # Against count + scan the heap's side adds each path's offset and count.
+        assert r["heap_and_arrays"] == r["heap_packed"] + 12 * r["threads"]

@@ -38,6 +38,7 @@ def test_metadata_word_helpers():
     assert L.state_word(3) == L.STATE_BASE + 3
     assert L.bitmap_word(10, 2, 5) == L.bits_base(10) + 2 * L.BITMAP_WORDS + 5
     assert L.bitmap_word(10, 9, L.BITMAP_WORDS - 1) == L.free_tree(10) - 1
+    assert L.bitmap_word(10, 9, 1, 10) == L.bits_base(10) + 9 * 2 + 1  # 1 KiB pages: 2 words
     assert L.record_word(0, L.R_KIND) == L.RECORD_BASE
     assert L.record_word(2, L.R_THREAD) == L.RECORD_BASE + 2 * L.RECORD_WORDS + 3
 

@@ -117,6 +117,29 @@ else:
         return int64(cuda.popc(uint32(x)))
 
 
+if config.ENABLE_CUDASIM:
+
+    def _pshift(meta):
+        """The simulator's ``_pshift``: the page shift as a Python int."""
+        return L.page_shift_of(int(meta.shape[0]))
+
+else:
+
+    def _pshift(meta):
+        """Return the heap's page shift (log2 of its page bytes), 32 bits.
+
+        Any device function that has ``meta`` may call. No atomics, no memory
+        access; never fails. For a heap's own metadata (typed
+        :class:`devalloc.ctx.PagedMeta`) it is a constant of the compiled
+        code; for a plain ``int64`` array, the low three bits of its length
+        (a kernel parameter; layout.meta_words, page_shift_of), which costs
+        registers and instructions (sm_90: 0 to 6 registers more than a
+        heap's ctx, tests/test_page_compile.py): compiled by the
+        ``@overload`` below.
+        """
+        return uint32(L.page_shift_of(meta.shape[0]))
+
+
 @cuda.jit(device=True)
 def _npages(ctx):
     """Return the heap's page count, as a value the compiler knows is >= 0.
@@ -124,7 +147,7 @@ def _npages(ctx):
     Below 2**25 (MAX_PAGES); zero-extended from 32 bits like ``_at``, so that
     divisions of it by constants are shifts, not signed divisions.
     """
-    return int64(_lo32(ctx.arena.shape[0] >> L.PAGE_SHIFT))
+    return int64(_lo32(ctx.arena.shape[0] >> _pshift(ctx.meta)))
 
 
 @cuda.jit(device=True)
@@ -239,6 +262,14 @@ if not config.ENABLE_CUDASIM:
                 cuda.atomic.add(prof.prof,
                                 L.prof_word(cuda.blockIdx.x % L.PROF_STRIPES, counter), n)
         return count
+
+    @_overload(_pshift, target="cuda")
+    def _pshift_impl(meta):
+        k = getattr(meta, "page_shift", None)
+        if k is not None:  # devalloc.ctx.PagedMeta: the page is part of the type
+            return lambda meta: uint32(k)
+        return lambda meta: uint32(uint32(uint32(meta.shape[0]) & uint32(7))
+                                   + uint32(L.PAGE_SHIFT_MIN))
 
     @_overload(_ptally, target="cuda")
     def _ptally_impl(prof, k):

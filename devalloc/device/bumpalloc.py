@@ -15,7 +15,7 @@ from numba import cuda, int64
 from .. import layout as L
 from . import warp
 from ._meta import (_acquire_cas, _count, _load, _npages, _opaque, _pcount, _prof_of,
-                    _release_cas)
+                    _pshift, _release_cas)
 from .outline import outline
 from .pages import _alloc_pages, _free_pages
 
@@ -36,7 +36,7 @@ def _claim(meta, npages, total, cnt, prof):
     ``cnt`` ``failed_full`` on a profiled heap.
     """
     chunk_pages = L.bump_chunk_pages(npages)
-    chunk_bytes = chunk_pages << L.PAGE_SHIFT
+    chunk_bytes = chunk_pages << _pshift(meta)
     w = _load(meta, L.H_BUMP)  # guess, validated by the cas
     while True:
         page = L.bump_page(w)
@@ -47,7 +47,7 @@ def _claim(meta, npages, total, cnt, prof):
             # chunk's pages as their installer took them (its release cas).
             old = _acquire_cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)
             if old == w:
-                return (page << L.PAGE_SHIFT) + cursor
+                return (page << _pshift(meta)) + cursor
             w = old
             _pcount(prof, L.P_CAS_RETRIES, 1)
             continue
@@ -72,7 +72,7 @@ def _claim(meta, npages, total, cnt, prof):
             if count:
                 # H_BUMP_DONE: add, once per chunk replaced.
                 cuda.atomic.add(meta, L.H_BUMP_DONE, count)
-            return q << L.PAGE_SHIFT
+            return q << _pshift(meta)
         _pcount(prof, L.P_CAS_RETRIES, 1)  # the install lost
         _free_pages(meta, npages, q, L.TAG_BUMP, prof)  # another thread changed the chunk first
         w = old
@@ -98,7 +98,7 @@ def _claim_fast(meta, npages, total, cnt, prof):
     Measured: the walked bump path 156 -> 127 SASS instructions inline,
     181 -> 124 out of line (docs/outline.md).
     """
-    chunk_bytes = L.bump_chunk_pages(npages) << L.PAGE_SHIFT
+    chunk_bytes = L.bump_chunk_pages(npages) << _pshift(meta)
     w = _load(meta, L.H_BUMP)  # guess, validated by the cas
     page = L.bump_page(w)
     cursor = L.bump_cursor(w)
@@ -108,7 +108,7 @@ def _claim_fast(meta, npages, total, cnt, prof):
         # installer took them).
         old = _acquire_cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)
         if old == w:
-            return cursor + (page << L.PAGE_SHIFT)
+            return cursor + (page << _pshift(meta))
         _pcount(prof, L.P_CAS_RETRIES, 1)
     return _claim_out(meta, npages, total, cnt, prof)
 
@@ -133,15 +133,15 @@ def bump(ctx, nbytes):
     npages = _npages(ctx)
     n = int64(nbytes)
     off = int64(L.NULL)
-    if n > 0 and n <= (npages << L.PAGE_SHIFT):
+    if n > 0 and n <= (npages << _pshift(meta)):
         size = L.align_up(n)
-        chunk_bytes = L.bump_chunk_pages(npages) << L.PAGE_SHIFT
+        chunk_bytes = L.bump_chunk_pages(npages) << _pshift(meta)
         if size * 2 > chunk_bytes:
-            q = _alloc_pages_out(meta, _opaque(npages), L.pages_for(size), L.TAG_BUMP,
-                                 _prof_of(ctx))
+            q = _alloc_pages_out(meta, _opaque(npages), L.pages_for(size, _pshift(meta)),
+                                 L.TAG_BUMP, _prof_of(ctx))
             if q >= 0:
                 cuda.atomic.add(meta, L.H_BUMP_DONE, 1)  # H_BUMP_DONE: add
-                off = q << L.PAGE_SHIFT
+                off = q << _pshift(meta)
             else:
                 _pcount(_prof_of(ctx), L.P_FAILED_FULL, 1)  # no run: proved full
         else:

@@ -16,7 +16,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import warp
-from ._meta import _at, _count, _lo32, _load, _npages, _prof_of
+from ._meta import _at, _count, _lo32, _load, _npages, _prof_of, _pshift
 from .outline import outline
 from .pages import _alloc_large, _free_large
 from .slab import _alloc_small, _free_small, _size_class
@@ -30,7 +30,8 @@ def _alloc_uncounted(meta, npages, nbytes, prof):
     class form a group; the others a group of one each.
     """
     n = int64(nbytes)
-    small = n > 0 and n <= L.MAX_SMALL
+    ps = _pshift(meta)
+    small = n > 0 and n <= L.max_small(ps)
     c = int64(0)
     key = warp.solo_key()
     if small:
@@ -39,8 +40,8 @@ def _alloc_uncounted(meta, npages, nbytes, prof):
     mask, leader, rank, lanes = warp.group(key)
     if small:
         return _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof)
-    if n > 0 and n <= (npages << L.PAGE_SHIFT):
-        return _alloc_large(meta, npages, L.pages_for(n), prof)
+    if n > 0 and n <= (npages << ps):
+        return _alloc_large(meta, npages, L.pages_for(n, ps), prof)
     return int64(L.NULL)
 
 
@@ -52,9 +53,10 @@ def alloc(ctx, nbytes):
     wait for lanes that are not calling. The offset is a multiple of 16 into
     ``ctx.arena``.
 
-    Atomics, blocks up to 8 KiB: one ``cas`` on a page state word per group
-    of lanes of a warp asking for the same size class (a lone lane is a
-    group of one) while the slab has never-used blocks; reusing freed blocks
+    Atomics, blocks up to half a page (8 KiB in the default 16 KiB
+    pages): one ``cas`` on a page state word per group of lanes of a warp
+    asking for the same size class (a lone lane is a group of one) while
+    the slab has never-used blocks; reusing freed blocks
     adds one ``and`` on a bitmap word per group. Large blocks: one ``cas``
     per page. Plus the pages-used ``add`` and peak ``max`` when a page is
     taken, and the hint ``exch`` when a group moves to another page. The
@@ -97,10 +99,11 @@ def free(ctx, off):
         warp.join_alone()  # free: no group (simulator: joins the rendezvous)
         return 1
     npages = _npages(ctx)
+    ps = _pshift(meta)
     ok = 0
-    inside = o >= 0 and o < (npages << L.PAGE_SHIFT) and o & (L.ALIGN - 1) == 0
-    p = _lo32(o >> L.PAGE_SHIFT)  # 32 bits, so metadata indices are 32-bit sums
-    rel = o & (L.PAGE - 1)
+    inside = o >= 0 and o < (npages << ps) and o & (L.ALIGN - 1) == 0
+    p = _lo32(o >> ps)  # 32 bits, so metadata indices are 32-bit sums
+    rel = o & ((int64(1) << ps) - 1)
     s = int64(0)
     if inside:
         # A relaxed load: it reads the claim that handed this block out or a

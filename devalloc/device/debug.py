@@ -14,7 +14,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import core
-from ._meta import _load
+from ._meta import _load, _pshift
 
 @cuda.jit(device=True)
 def _record(debug, kind, off):
@@ -36,25 +36,26 @@ def _block_size(meta, npages, off):
 
     A plain-load inspection for debug checks; ``free`` itself still decides.
     """
-    if off < 0 or off >= (npages << L.PAGE_SHIFT) or off % L.ALIGN != 0:
+    ps = _pshift(meta)
+    if off < 0 or off >= (npages << ps) or off % L.ALIGN != 0:
         return 0
-    p = off >> L.PAGE_SHIFT
-    rel = off - (p << L.PAGE_SHIFT)
+    p = off >> ps
+    rel = off - (p << ps)
     s = _load(meta, L.state_word(p))
     t = L.state_tag(s)
     if t == L.TAG_HEAD:
         if rel != 0:
             return 0
-        return L.state_n(s) << L.PAGE_SHIFT
+        return L.state_n(s) << ps
     if not L.is_slab_tag(t):
         return 0
     size = L.class_size(L.slab_class(t))
     b = rel // size
-    if rel % size != 0 or b >= L.class_blocks(L.slab_class(t)):
+    if rel % size != 0 or b >= L.class_blocks(L.slab_class(t), ps):
         return 0
     if b >= L.slab_cursor(s):
         return 0  # never handed out
-    word = _load(meta, L.bitmap_word(npages, p, b >> L.WORD_SHIFT))
+    word = _load(meta, L.bitmap_word(npages, p, b >> L.WORD_SHIFT, ps))
     if (word >> (b & (L.BITS_PER_WORD - 1))) & 1:
         return 0  # freed
     return size
@@ -75,7 +76,7 @@ def alloc_inner(ctx, nbytes, inner):
         arena = ctx.arena
         for j in range(L.GUARD):
             arena[off + n + j] = L.GUARD_BYTE
-        npages = arena.shape[0] >> L.PAGE_SHIFT
+        npages = arena.shape[0] >> _pshift(ctx.meta)
         ctx.sizes[off >> L.DEBUG_SLOT_SHIFT] = _block_size(ctx.meta, npages, off) - n
     return off
 
@@ -121,7 +122,7 @@ def free(ctx, off):
     if o == L.NULL:
         return core.free_site(ctx, o)  # nothing to free, but the lane joins its group
     arena = ctx.arena
-    npages = arena.shape[0] >> L.PAGE_SHIFT
+    npages = arena.shape[0] >> _pshift(ctx.meta)
     size = _block_size(ctx.meta, npages, o)
     if size == 0:
         _record(ctx.debug, L.KIND_INVALID_FREE, o)

@@ -19,6 +19,7 @@ from numba import cuda, int64
 from .. import layout as L
 from . import bumpalloc as _bump
 from . import scope
+from ._meta import _pshift
 from .chunks import observed_chunk_alloc, observed_chunk_free
 
 
@@ -72,7 +73,8 @@ def _failed(ctx, nbytes, most):
 
 @cuda.jit(device=True)
 def _arena_bytes(ctx):
-    return int64(ctx.arena.shape[0] >> L.PAGE_SHIFT) << L.PAGE_SHIFT
+    ps = _pshift(ctx.meta)
+    return int64(ctx.arena.shape[0] >> ps) << ps
 
 
 @cuda.jit(device=True)

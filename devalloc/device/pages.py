@@ -19,7 +19,7 @@ docs/correctness.md.
 from numba import cuda, int32, int64, uint32
 
 from .. import layout as L
-from ._meta import (_acquire_cas, _at, _fence_acq_rel, _fold, _lo32, _load,
+from ._meta import (_acquire_cas, _pshift, _at, _fence_acq_rel, _fold, _lo32, _load,
                     _note_fold, _opaque, _pages_changed, _pcount, _ptally)
 from .index import _index_clear, _index_find, _index_set
 
@@ -45,7 +45,7 @@ def _index_pages(meta, npages, lo, hi, free):
     once they are claimed. Atomics per index word: one ``or`` or ``and``,
     and the counts' ``add``s.
     """
-    base = L.free_tree(npages)
+    base = L.free_tree(npages, _pshift(meta))
     q = int32(lo)  # 32-bit page numbers (pages < 2**25): registers
     end = int32(hi)
     while q < end:
@@ -110,7 +110,7 @@ def _repair(meta, npages, q):
     left out once every thread is done. Atomics: the index's ``and`` (and
     counts), and its ``or`` when the page is FREE again.
     """
-    base = L.free_tree(npages)
+    base = L.free_tree(npages, _pshift(meta))
     bit = int64(1) << (q & (L.BITS_PER_WORD - 1))
     if _index_clear(meta, base, npages, q >> L.WORD_SHIFT, bit):
         if L.state_tag(_load(meta, _at(L.state_word(q)))) == L.TAG_FREE:  # look again
@@ -135,7 +135,7 @@ def _alloc_large(meta, npages, k, prof):
     if p < 0:
         _pcount(prof, L.P_FAILED_FULL, 1)  # no run: proved full (_alloc_pages)
         return L.NULL
-    return p << L.PAGE_SHIFT
+    return p << _pshift(meta)
 
 
 @cuda.jit(device=True)
@@ -243,7 +243,7 @@ def _find_run(meta, npages, k, limit):
         w = int32(-1)  # the whole index, from its top word down
     run = uint32(0)
     while True:
-        v, found = _index_find(meta, L.free_tree(npages), npages, w, False)
+        v, found = _index_find(meta, L.free_tree(npages, _pshift(meta)), npages, w, False)
         if v < 0:
             return int32(-1)
         vw = v

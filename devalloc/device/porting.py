@@ -26,7 +26,7 @@ from numba import config, cuda, int64
 from .. import blocks as B
 from .. import layout as L
 from . import api, core, debug, observe
-from ._meta import _at, _count, _load, _lo32, _npages
+from ._meta import _at, _count, _load, _lo32, _npages, _pshift
 
 if config.ENABLE_CUDASIM:
     from .intrinsics import offset_of_simulated as _offset_of
@@ -65,19 +65,20 @@ def _state_size(ctx, o):
     tag cannot change while a block of it is live.
     """
     npages = _npages(ctx)
-    if o < 0 or o >= (npages << L.PAGE_SHIFT) or o & (L.ALIGN - 1) != 0:
+    ps = _pshift(ctx.meta)
+    if o < 0 or o >= (npages << ps) or o & (L.ALIGN - 1) != 0:
         return int64(0)
-    p = _lo32(o >> L.PAGE_SHIFT)
-    rel = _lo32(o & (L.PAGE - 1))
+    p = _lo32(o >> ps)
+    rel = _lo32(o & ((int64(1) << ps) - 1))
     s = _load(ctx.meta, _at(L.state_word(p)))
     t = L.state_tag(s)
     if t == L.TAG_HEAD:
         if rel == 0:
-            return int64(L.state_n(s)) << L.PAGE_SHIFT
+            return int64(L.state_n(s)) << ps
         return int64(0)
     if L.is_slab_tag(t):
         size = _lo32(L.class_size(L.slab_class(t)))
-        b = rel // size  # 32-bit division: rel < PAGE
+        b = rel // size  # 32-bit division: rel < page
         if rel == b * size and b < L.slab_cursor(s):
             return int64(size)
     return int64(0)
@@ -182,7 +183,7 @@ def _realloc_normal(ctx, off, nbytes):
         if have == 0:
             _count(ctx.meta, L.S_INVALID)
             return int64(L.NULL)
-        if B.served_size(n) == have:
+        if B.served_size(n, _pshift(ctx.meta)) == have:
             return o  # the block alloc(n) would hand out is this one's size
         keep = min(have, n)
     return _move(ctx, o, n, keep)
@@ -199,7 +200,7 @@ def _realloc_debug(ctx, off, nbytes):
             _invalid(ctx, o)
             _count(ctx.meta, L.S_INVALID)
             return int64(L.NULL)
-        if n > 0 and B.served_size(max(n + L.GUARD, L.DEBUG_MIN_BLOCK)) == size:
+        if n > 0 and B.served_size(max(n + L.GUARD, L.DEBUG_MIN_BLOCK), _pshift(ctx.meta)) == size:
             # In place: check the old guard, then move it after the new size.
             if not debug.guard_intact(ctx, o, size):
                 debug._record(ctx.debug, L.KIND_GUARD, o)
@@ -259,7 +260,7 @@ def calloc(ctx, count, itemsize):
 
 @cuda.jit(device=True)
 def _aligned_normal(ctx, nbytes, align):
-    return core.alloc_site(ctx, B.aligned_request(int64(nbytes), int64(align)))
+    return core.alloc_site(ctx, B.aligned_request(int64(nbytes), int64(align), _pshift(ctx.meta)))
 
 
 @cuda.jit(device=True)
@@ -267,7 +268,8 @@ def _aligned_debug(ctx, nbytes, align):
     n = int64(nbytes)
     inner = int64(0)
     if n > 0:
-        inner = B.aligned_request(max(n + L.GUARD, L.DEBUG_MIN_BLOCK), int64(align))
+        inner = B.aligned_request(max(n + L.GUARD, L.DEBUG_MIN_BLOCK), int64(align),
+                                   _pshift(ctx.meta))
     return debug.alloc_inner(ctx, n, inner)
 
 
@@ -286,7 +288,8 @@ def _aligned_observed(ctx, nbytes, align):
 def alloc_aligned(ctx, nbytes, align):
     """Allocate ``nbytes`` at an offset that is a multiple of ``align``; offset or NULL.
 
-    ``align`` is a power of two from 1 to PAGE (16 KiB). The request is
+    ``align`` is a power of two from 1 to the heap's page (16 KiB unless
+    ``Heap(page=)`` chose a smaller one). The request is
     rounded up to a multiple of ``align``, whose size class is then a
     multiple of ``align`` (blocks of a class start at multiples of its size
     within a page; large blocks start pages), so the cost is ``alloc``'s,
@@ -295,7 +298,7 @@ def alloc_aligned(ctx, nbytes, align):
     bytes holds when the arena's address has it: ``heap.arena``).
 
     :returns: the offset, or NULL (counted in ``failed``) when ``align`` is
-        not a power of two up to PAGE, ``nbytes <= 0``, or no space is found.
+        not a power of two up to the page, ``nbytes <= 0``, or no space is found.
     """
     return _pick(ctx, (_aligned_normal, _aligned_debug, _aligned_observed))(ctx, nbytes, align)
 

@@ -19,7 +19,7 @@ from numba import cuda, int64
 
 from .. import layout as L
 from . import chunks
-from ._meta import _count, _npages, _pcount, _prof_of, _stripe
+from ._meta import _count, _npages, _pcount, _prof_of, _pshift, _stripe
 from .outline import outline
 
 #: Chains longer than this are not followed (a release through one is misuse).
@@ -59,11 +59,13 @@ def _chunk_ok(arena, c):
 
 
 @cuda.jit(device=True)
-def _reserved(n):
-    # The bytes alloc reserves for n bytes: its size class, or whole pages.
-    if n <= L.MAX_SMALL:
+def _reserved(meta, n):
+    # The bytes alloc reserves for n bytes in the heap whose metadata is
+    # meta: its size class, or whole pages.
+    ps = _pshift(meta)
+    if n <= L.max_small(ps):
         return L.class_size(L.size_class(n))
-    return L.pages_for(n) << L.PAGE_SHIFT
+    return L.pages_for(n, ps) << ps
 
 
 @cuda.jit(device=True)
@@ -80,7 +82,7 @@ def _chunk_changed(meta, taken, delta_bytes):
 def _free_chunk(ctx, chunk):
     size = _word(ctx.arena, chunk + L.CHUNK_SIZE)
     chunks.chunk_free(ctx, chunk)
-    _chunk_changed(ctx.meta, -1, -_reserved(size))
+    _chunk_changed(ctx.meta, -1, -_reserved(ctx.meta, size))
 
 
 @cuda.jit(device=True)
@@ -118,7 +120,7 @@ def _new_chunk(ctx, prev, size, have):
         new = chunks.chunk_alloc(ctx, want)
         # Failure stripe: add -1; two tries are one request, counted at most once.
         cuda.atomic.add(meta, L.stripe_word(_stripe(), L.S_FAILED), -1)
-        if first + L.GUARD <= (_npages(ctx) << L.PAGE_SHIFT):  # the first try fitted the arena
+        if first + L.GUARD <= (_npages(ctx) << _pshift(meta)):  # the first try fitted the arena
             _pcount(_prof_of(ctx), L.P_FAILED_FULL, -1)
     if new == L.NULL:
         return new
@@ -128,7 +130,7 @@ def _new_chunk(ctx, prev, size, have):
     _set_word(arena, new + L.CHUNK_SIZE, want)
     if prev >= 0:
         _set_word(arena, prev + L.CHUNK_NEXT, new + 1)
-    _chunk_changed(meta, 1, _reserved(want))
+    _chunk_changed(meta, 1, _reserved(meta, want))
     chunks.scratch_poison(ctx, new + L.SCOPE_HEADER, want - L.SCOPE_HEADER)
     return new
 
@@ -165,9 +167,8 @@ def _first(arena, c):
     return c
 
 
-#: The out-of-line copies (devalloc.device.outline; the functions themselves
-#: unless it is enabled): a new chunk, and freeing a chain of them.
-_new_chunk_out = outline(_new_chunk)
+#: The out-of-line copy (devalloc.device.outline; the function itself unless
+#: it is enabled) of freeing a chain of chunks, for release and _next_chunk.
 _free_from_out = outline(_free_from)
 
 
@@ -183,6 +184,9 @@ def scoped(ctx, s, nbytes):
     in ``scope_misuse`` when no scope is open, or when ``s`` or its chunk's
     link cannot be this heap's: see :func:`_chunk_ok`); ``nbytes <= 0`` or
     more than the largest chunk holds fail.
+
+    When the current chunk has no room, the next chunk is :func:`_next_chunk`'s
+    (out of line when outlining is on: one copy per kernel, docs/outline.md).
     """
     s = int64(s)
     n = int64(nbytes)
@@ -209,21 +213,44 @@ def scoped(ctx, s, nbytes):
         if cursor + size <= have:
             chunks.scratch_check(ctx, chunk + cursor, size)
             return chunk + cursor, L.scope_advance(s, size)
+    new = _next_chunk_out(ctx, chunk, size, have)
+    if new == L.NULL:
+        return new, s  # counted
+    return new + L.SCOPE_HEADER, L.pack_scope(new, L.SCOPE_HEADER + size, depth)
+
+
+@cuda.jit(device=True)
+def _next_chunk(ctx, chunk, size, have):
+    """Return a chunk after ``chunk`` that serves ``size`` bytes from its start, or NULL.
+
+    Called by :func:`scoped` only, when its current chunk ``chunk`` (checked;
+    ``have`` bytes) cannot serve ``size`` bytes, or when it has none
+    (``chunk`` -1, ``have`` 0). The spare chunk after it if that one is large
+    enough (a debug heap checks its bytes are still poisoned); else a new
+    one (:func:`_new_chunk`: one ``alloc``, three striped ``add``s), after
+    freeing a spare that is too small. Failure: NULL, counted in ``failed``
+    (by ``alloc`` for a new chunk), and in ``scope_misuse`` when the link to
+    the spare cannot be this heap's.
+    """
+    arena = ctx.arena
+    if chunk >= 0:
         spare = _word(arena, chunk + L.CHUNK_NEXT) - 1
         if spare >= 0 and not _chunk_ok(arena, spare):
-            _count(meta, L.S_SCOPE_MISUSE)  # a corrupted link
-            _count(meta, L.S_FAILED)
-            return int64(L.NULL), s
+            _count(ctx.meta, L.S_SCOPE_MISUSE)  # a corrupted link
+            _count(ctx.meta, L.S_FAILED)
+            return int64(L.NULL)
         if spare >= 0:
             if L.SCOPE_HEADER + size <= _word(arena, spare + L.CHUNK_SIZE):
                 chunks.scratch_check(ctx, spare + L.SCOPE_HEADER, size)
-                return spare + L.SCOPE_HEADER, L.pack_scope(spare, L.SCOPE_HEADER + size, depth)
+                return spare
             _free_from_out(ctx, spare)  # too small: replaced by a larger one
             _set_word(arena, chunk + L.CHUNK_NEXT, 0)
-    new = _new_chunk_out(ctx, chunk, size, have)
-    if new == L.NULL:
-        return new, s  # alloc counted the failure
-    return new + L.SCOPE_HEADER, L.pack_scope(new, L.SCOPE_HEADER + size, depth)
+    return _new_chunk(ctx, chunk, size, have)
+
+
+#: What scoped calls when its current chunk has no room (out of line when
+#: devalloc.device.outline is enabled, the function itself otherwise).
+_next_chunk_out = outline(_next_chunk)
 
 
 @cuda.jit(device=True)

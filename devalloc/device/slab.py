@@ -1,4 +1,4 @@
-"""Slabs: blocks of up to MAX_SMALL bytes in 16 KiB pages of one size class.
+"""Slabs: blocks of up to half a page (MAX_SMALL in 16 KiB pages) of one size class.
 
 A slab's state word holds *live* (blocks out plus reserved slots) and
 *cursor* (blocks handed out by bumping since the page became a slab); its
@@ -24,8 +24,8 @@ from numba import cuda, int32, int64, uint32, uint64
 from .. import layout as L
 from . import warp
 from ._meta import (_acquire_and, _acquire_cas, _at, _fold, _load, _note_fold, _opaque,
-                    _lo32, _pages_changed, _pcount, _popc32, _release_add, _release_exch,
-                    _release_or, _store, _tie, _warp_number)
+                    _lo32, _pages_changed, _pcount, _popc32, _pshift, _release_add,
+                    _release_exch, _release_or, _store, _tie, _warp_number)
 from .index import _index_clear, _index_find, _index_set
 from .pages import _repair
 
@@ -44,9 +44,11 @@ BUSY = 1
 TRANSIT = 2
 
 #: Per size class, read from constant memory instead of computed (a
-#: division, a dozen instructions): the block size, the blocks in a slab,
-#: and ceil(2**32 / size), with which ``free`` divides an offset in a page
-#: by the block size exactly (a multiply-shift; tests/test_layout.py).
+#: division, a dozen instructions): the block size, the blocks in a slab of
+#: the largest page (a page of 2**ps bytes holds that >> (PAGE_SHIFT - ps):
+#: floor(floor(x / a) / b) = floor(x / (a b))), and ceil(2**32 / size), with
+#: which ``free`` divides an offset in a page by the block size exactly (a
+#: multiply-shift; tests/test_layout.py).
 CLASS_SIZES = np.array([L.class_size(c) for c in range(L.NCLASSES)], np.uint32)
 CLASS_BLOCKS = np.array([L.class_blocks(c) for c in range(L.NCLASSES)], np.uint32)
 CLASS_RECIPS = np.array([-(-(1 << 32) // L.class_size(c)) for c in range(L.NCLASSES)], np.uint32)
@@ -69,9 +71,15 @@ def _size(c):
 
 
 @cuda.jit(device=True)
-def _blocks(c):
-    # class_blocks(c), looked up (32 bits).
-    return uint32(CLASS_BLOCKS[c])
+def _blocks(meta, c):
+    # class_blocks(c, ps) of the heap whose metadata is meta, looked up (32 bits).
+    return uint32(uint32(CLASS_BLOCKS[c]) >> uint32(L.PAGE_SHIFT - _pshift(meta)))
+
+
+@cuda.jit(device=True)
+def _bitmap_word(meta, npages, p, w):
+    # layout.bitmap_word for the heap whose metadata is meta.
+    return L.bitmap_word(npages, p, w, _pshift(meta))
 
 
 @cuda.jit(device=True)
@@ -110,7 +118,7 @@ def _pick(meta, npages, p, cap, want, anchor):
     nw = _opaque(uint32((cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT))
     w = _scatter(_tie(_warp_number(), anchor), nw)
     for _ in range(int32(nw)):
-        free = _lo32(_load(meta, _at(L.bitmap_word(npages, p, w))))  # guess (32 bits used)
+        free = _lo32(_load(meta, _at(_bitmap_word(meta, npages, p, w))))  # guess (32 bits used)
         left = uint32(cap - (w << L.WORD_SHIFT))
         if left < L.BITS_PER_WORD:
             free = uint32(free & uint32((uint32(1) << left) - uint32(1)))
@@ -148,7 +156,7 @@ def _reserve(meta, npages, p, c, want, prof):
     """
     idx = L.state_word(p)
     tag = uint32(L.slab_tag(c))
-    cap = _blocks(c)
+    cap = _blocks(meta, c)
     s = _load(meta, _at(idx))  # guess, validated by the cas
     tries = _opaque(int32(SLAB_TRIES))  # hidden: a constant trip count unrolls the loop
     while True:
@@ -213,9 +221,9 @@ def _took_page(meta, npages, c, g):
     ``or`` (and counts), the free-page index's ``and`` (and counts).
     """
     p = int64(_lo32(g >> L.GRANT_PAGE_SHIFT) - uint32(1))
-    if _grant_got(g) < _blocks(c):
+    if _grant_got(g) < _blocks(meta, c):
         _room_set(meta, npages, c, p)
-    _index_clear(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
+    _index_clear(meta, L.free_tree(npages, _pshift(meta)), npages, p >> L.WORD_SHIFT,
                  int64(1) << (p & (L.BITS_PER_WORD - 1)))
 
 
@@ -252,7 +260,7 @@ def _release_slots(meta, npages, p, k, undo, c, prof):
     if live == uint32(k):  # now empty
         if _retire(meta, npages, p, old - k * L.N_ONE, prof):
             return
-    if live >= _blocks(c):
+    if live >= _blocks(meta, c):
         _room_set(meta, npages, c, p)  # it was full: room appeared
 
 
@@ -280,10 +288,10 @@ def _retire(meta, npages, p, s, prof):
         return 0
     _pcount(prof, L.P_SLABS_RETIRED, 1)
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT):
-        _store(meta, _at(L.bitmap_word(npages, p, w)), 0)  # bitmap: RETIRING, ours
+        _store(meta, _at(_bitmap_word(meta, npages, p, w)), 0)  # bitmap: RETIRING, ours
     # State word: exch on a page only we may change.
     _release_exch(meta, _at(idx), L.state_keep_count(s))
-    _index_set(meta, L.free_tree(npages), npages, p >> L.WORD_SHIFT,
+    _index_set(meta, L.free_tree(npages, _pshift(meta)), npages, p >> L.WORD_SHIFT,
                int64(1) << (p & (L.BITS_PER_WORD - 1)))
     return 1
 
@@ -297,7 +305,7 @@ def _room_set(meta, npages, c, p):
     so a mark seen here and cleared just after is put back if the room we
     made is still there. Else the index's ``or`` (and counts).
     """
-    base = L.room_tree(npages, c)
+    base = L.room_tree(npages, c, _pshift(meta))
     bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
     if not _load(meta, _at(base + (p >> L.WORD_SHIFT))) & bit:  # guess
         _index_set(meta, base, npages, p >> L.WORD_SHIFT, bit)
@@ -312,11 +320,11 @@ def _room_drop(meta, npages, c, p):
     left unmarked once every thread is done. Atomics: the clear's ``and``
     (and counts); the mark's when room reappeared.
     """
-    base = L.room_tree(npages, c)
+    base = L.room_tree(npages, c, _pshift(meta))
     bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
     if _index_clear(meta, base, npages, p >> L.WORD_SHIFT, bit):
         s = _load(meta, _at(L.state_word(p)))  # look again (a guess: at worst a stale mark)
-        if L.state_tag(s) == L.slab_tag(c) and L.slab_live(s) < _blocks(c):
+        if L.state_tag(s) == L.slab_tag(c) and L.slab_live(s) < _blocks(meta, c):
             _index_set(meta, base, npages, p >> L.WORD_SHIFT, bit)
 
 
@@ -391,7 +399,7 @@ def _settle(meta, npages, c, g, prof):
     p = int64(uint32(hi >> (L.GRANT_PAGE_SHIFT - 32)) - uint32(1))
     w = int64(hi & L.GRANT_WORD_MASK)
     pick = _lo32(g)
-    mine = _lo32(_take_bits(meta, L.bitmap_word(npages, p, w), int64(pick)))
+    mine = _lo32(_take_bits(meta, _bitmap_word(meta, npages, p, w), int64(pick)))
     if mine != pick:  # some bits went to another reuser: their slots back
         _release_slots(meta, npages, p, int64(_popc32(pick ^ mine)), True, c, prof)
         if mine == 0:
@@ -467,7 +475,8 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
         # the loop and kept live across it (registers).
         npages = _opaque(npages)
         if bits == 0 and w != DONE:
-            base = L.free_tree(npages) if st & _FREE else L.room_tree(npages, c)
+            ps = _pshift(meta)
+            base = L.free_tree(npages, ps) if st & _FREE else L.room_tree(npages, c, ps)
             v, x = _index_find(meta, base, npages, w, True)
             w = int32(v) if v >= 0 else int32(DONE)
             bits = uint32(x)
@@ -521,9 +530,10 @@ def _grant_got(g):
 
 
 @cuda.jit(device=True)
-def _grant_offset(g, k, c):
-    # The offset of the k-th block of grant g of class c (layout.grant_page,
-    # grant_block, in 32 bits but for the page's offset).
+def _grant_offset(g, k, c, ps):
+    # The offset of the k-th block of grant g of class c in pages of 2**ps
+    # bytes (layout.grant_page, grant_block, in 32 bits but for the page's
+    # offset).
     lo = _lo32(g)
     hi = _lo32(g >> 32)
     page = uint32(uint32(hi >> (L.GRANT_PAGE_SHIFT - 32)) - uint32(1))
@@ -533,7 +543,7 @@ def _grant_offset(g, k, c):
         b = uint32(((hi & L.GRANT_WORD_MASK) << L.WORD_SHIFT) + uint32(cuda.ffs(lo) - 1))
     else:
         b = uint32((lo & L.GRANT_FIRST_MASK) + k)
-    return (int64(page) << L.PAGE_SHIFT) + int64(uint32(b * _size(c)))
+    return (int64(page) << ps) + int64(uint32(b * _size(c)))
 
 
 @cuda.jit(device=True)
@@ -554,7 +564,7 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof):
         g = _find(meta, npages, c, n, prof)
         if g == 0:
             return int64(L.NULL)
-        return _grant_offset(g, uint32(0), c)
+        return _grant_offset(g, uint32(0), c, _pshift(meta))
     off = int64(L.NULL)
     me = uint32(rank)
     served = uint32(0)
@@ -567,7 +577,7 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof):
             break
         got = _grant_got(g)
         if me >= served and me - served < got:
-            off = _grant_offset(g, uint32(me - served), c)
+            off = _grant_offset(g, uint32(me - served), c, _pshift(meta))
         served = uint32(served + got)
         if served >= n:
             break
@@ -585,13 +595,13 @@ def _free_small(meta, npages, p, s, rel, prof):
     was live. Atomics per group: one ``or``, one ``add`` (and the retire).
     """
     c = uint32((_lo32(s) & L.TAG_MASK) - 1)  # slab_class(state_tag(s))
-    r = _lo32(rel)  # 0 <= rel < PAGE: 32 bits suffice
+    r = _lo32(rel)  # 0 <= rel < page: 32 bits suffice
     # r // size, exactly, as a multiply-shift (no division; tests/test_layout.py).
     b = uint32((uint64(r) * uint64(CLASS_RECIPS[c])) >> 32)
     widx = int64(warp.solo_key())
     bit = uint32(0)
     if r == uint32(b * _size(c)) and b < uint32(_lo32(s >> L.CURSOR_SHIFT) & L.CURSOR_MASK):
-        widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))
+        widx = _bitmap_word(meta, npages, p, int64(b >> L.WORD_SHIFT))
         bit = uint32(uint32(1) << (b & (L.BITS_PER_WORD - 1)))
     mask, leader, rank, lanes = warp.group(widx)
     if bit == 0:

@@ -187,7 +187,8 @@ def _junit(path):
 
 
 def stress(mode):
-    """The stress kernel: a heap sized for the worst case, then one of a third of its peak (one page on the simulator)."""
+    """The stress kernel: a heap sized for the worst case, then one of a third of its peak
+    (one page on the simulator), then one of 1 KiB pages sized for the worst case."""
     from . import stress as st
 
     rounds, warps, max_large = STRESS[mode]
@@ -205,17 +206,23 @@ def stress(mode):
                   else max(first["peak"] // 3, L.MIN_CAPACITY))
     second = st.run(threads=first["threads"], rounds=rounds, max_large=max_large,
                     capacity=second_cap, block=first["block"])
+    # Small pages (Heap(page=1024)): more slabs, more page claims and retires
+    # for the same blocks; sized for the worst case, so no NULL either.
+    small = st.run(threads=first["threads"], rounds=rounds, max_large=max_large,
+                   block=first["block"], page=L.PAGE_MIN)
     wrong = [f"room: {w}" for w in st.verdict(first)] + \
-        [f"tight: {w}" for w in st.verdict(second)]
+        [f"tight: {w}" for w in st.verdict(second)] + \
+        [f"1 KiB pages: {w}" for w in st.verdict(small)]
     fail_rate = second["nulls"] / max(1, second["requests"])
     summary = (f"{first['threads']} threads x {rounds} rounds: {first['allocs']} blocks "
                f"served, {first['bad_blocks']} bad, {first['nulls']} NULLs with room "
                f"(peak {first['peak'] / first['capacity']:.1%} of the heap); tight heap: "
-               f"{fail_rate:.0%} of requests failed, {second['bad_blocks']} bad; "
-               f"drained heaps consistent: "
-               f"{'yes' if not (first['drained_problem'] or second['drained_problem']) else 'NO'}")
+               f"{fail_rate:.0%} of requests failed, {second['bad_blocks']} bad; 1 KiB pages: "
+               f"{small['allocs']} served, {small['bad_blocks']} bad, {small['nulls']} NULLs "
+               f"with room; drained heaps consistent: "
+               f"{'NO' if any(r['drained_problem'] for r in (first, second, small)) else 'yes'}")
     return result("stress", "failed" if wrong else "passed", summary, room=first,
-                  tight=second, problems=wrong)
+                  tight=second, small_pages=small, problems=wrong)
 
 
 def stress_small(mode):

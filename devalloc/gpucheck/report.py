@@ -60,14 +60,15 @@ def markdown(meta, results):
             out += [f"- skipped ({n}): {why}" for why, n in d.get("skips", {}).items()]
         elif r["part"] == "stress":
             out += ["| pass | threads | rounds | requests | served | NULLs | bad blocks | "
-                    "capacity | peak | kernel s |", "|---|---:|---:|---:|---:|---:|---:|---:|"
-                    "---:|---:|"]
-            for key in ("room", "tight"):
+                    "capacity | page | peak | kernel s |", "|---|---:|---:|---:|---:|---:|---:|"
+                    "---:|---:|---:|---:|"]
+            for key in ("room", "tight", "small_pages"):
                 s = d.get(key)
                 if s:
-                    out.append(f"| {key} | {s['threads']:,} | {s['rounds']} | "
+                    out.append(f"| {key.replace('_', ' ')} | {s['threads']:,} | {s['rounds']} | "
                                f"{s['requests']:,} | {s['allocs']:,} | {s['nulls']:,} | "
-                               f"{s['bad_blocks']} | {s['capacity']:,} | {s['peak']:,} | "
+                               f"{s['bad_blocks']} | {s['capacity']:,} | "
+                               f"{s.get('page', 16384):,} | {s['peak']:,} | "
                                f"{s['seconds']} |")
             out += [f"- problem: {p}" for p in d.get("problems", [])]
         elif r["part"] == "sanitizer":

@@ -198,17 +198,18 @@ def one_alloc(ctx, sizes, out):
             devalloc.free(ctx, off)
 
 
-def worst_case_capacity(threads, max_large):
-    """Return a capacity no correct heap can run out of in :func:`stress_kernel`.
+def worst_case_capacity(threads, max_large, ps=L.PAGE_SHIFT):
+    """Return a capacity no correct heap of pages of ``2**ps`` bytes can run out of.
 
-    A thread holds at most two blocks at once (the held one and the one of
-    the round); each pins at most its own pages (a small block one page, as
-    if every block sat alone in its slab), plus one partly filled slab per
-    class and hint slot.
+    In :func:`stress_kernel`, a thread holds at most two blocks at once (the
+    held one and the one of the round); each pins at most its own pages (a
+    small block one page, as if every block sat alone in its slab), plus its
+    scoped chunks (within SCOPE_PAGES default pages), plus one partly filled
+    slab per class and hint slot.
     """
-    per_thread = (L.pages_for(MAX_HELD) + max(1, L.pages_for(max(max_large, L.MAX_SMALL)))
-                  + SCOPE_PAGES)
-    return (threads * per_thread + L.NCLASSES * L.HINT_SLOTS) * L.PAGE
+    pages = L.pages_for(MAX_HELD, ps) + max(1, L.pages_for(max(max_large, L.max_small(ps)), ps))
+    per_thread = (pages << ps) + SCOPE_PAGES * L.PAGE
+    return threads * per_thread + ((L.NCLASSES * L.HINT_SLOTS) << ps)
 
 
 def resident_grid(kernel_args, block, want_per_sm):
@@ -244,13 +245,15 @@ def drained_problem(heap):
 
 
 def run(threads=None, rounds=200, seed=1, max_large=1 << 17, capacity=None, warps_per_sm=16,
-        block=256):
+        block=256, page=None):
     """Launch :func:`stress_kernel` once on a fresh heap; return a dict of counts.
 
     ``threads`` None: every SM full with ``warps_per_sm`` warps (at most what
     is resident at once). ``capacity`` None: :func:`worst_case_capacity`, so
-    that any NULL is a NULL while the heap had room.
+    that any NULL is a NULL while the heap had room. ``page``: the heap's
+    page (``Heap(page=)``; None: the default 16 KiB).
     """
+    ps = L.PAGE_SHIFT if page is None else L.floor_log2(page)
     sized_for_room = capacity is None
     if threads is None:
         probe = devalloc.Heap(1 << 20)
@@ -261,8 +264,8 @@ def run(threads=None, rounds=200, seed=1, max_large=1 << 17, capacity=None, warp
         threads = blocks * block
     else:
         blocks, sms, per_sm = (threads + block - 1) // block, None, None
-    cap = worst_case_capacity(threads, max_large) if capacity is None else capacity
-    heap = devalloc.Heap(cap)
+    cap = worst_case_capacity(threads, max_large, ps) if capacity is None else capacity
+    heap = devalloc.Heap(cap, page=page)
     out = cuda.to_device(np.zeros((threads, ROW), np.int64))
     t0 = time.perf_counter()
     stress_kernel[blocks, block](heap.ctx, rounds, seed, max_large, out)
@@ -276,7 +279,7 @@ def run(threads=None, rounds=200, seed=1, max_large=1 << 17, capacity=None, warp
     return {
         "threads": int(threads), "blocks": int(blocks), "block": block,
         "sms": sms, "blocks_per_sm": per_sm, "rounds": rounds, "seed": seed,
-        "max_large": max_large, "capacity": int(u.capacity),
+        "max_large": max_large, "capacity": int(u.capacity), "page": int(u.page),
         "sized_for_room": sized_for_room,
         "requests": int(totals[R_REQUESTS]), "allocs": int(totals[R_ALLOCS]),
         "nulls": int(totals[R_NULLS]), "bad_blocks": int(totals[R_BAD]),

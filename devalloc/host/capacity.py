@@ -19,10 +19,12 @@ ALIGN_SLACK = 2 * 255
 MIN_MEMORY = L.MIN_MEMORY_BYTES + ALIGN_SLACK
 
 
-def check_capacity(capacity, least=L.MIN_CAPACITY):
+def check_capacity(capacity, least=L.MIN_CAPACITY, ps=L.PAGE_SHIFT):
     """Return ``capacity`` as an int, or raise TypeError/ValueError saying why.
 
-    ``least`` is :data:`MIN_MEMORY` for a heap inside a ``memory=`` buffer.
+    ``least`` is :data:`MIN_MEMORY` for a heap inside a ``memory=`` buffer
+    (then :func:`min_memory` of the heap's page); ``ps`` is the heap's page
+    shift (the smallest capacity is one page).
     """
     if isinstance(capacity, (bool, np.bool_)) or not isinstance(
         capacity, numbers.Integral
@@ -32,7 +34,9 @@ def check_capacity(capacity, least=L.MIN_CAPACITY):
             f"integer), got {type(capacity).__name__}: {capacity!r}"
         )
     capacity = int(capacity)
-    if capacity < least and least == L.MIN_CAPACITY:
+    inside = least != L.MIN_CAPACITY
+    least = min_memory(ps) if inside else L.capacity_for_pages(1, ps)
+    if capacity < least and not inside:
         raise ValueError(
             f"Heap capacity must be at least {least} bytes (one page; the "
             f"metadata is allocated beside it), got {capacity}"
@@ -40,14 +44,63 @@ def check_capacity(capacity, least=L.MIN_CAPACITY):
     if capacity < least:  # inside memory=
         raise ValueError(
             f"memory= is too small: a heap inside it needs at least {least} bytes "
-            f"(metadata, one {L.PAGE}-byte page and up to {ALIGN_SLACK} bytes of "
+            f"(metadata, one {1 << ps}-byte page and up to {ALIGN_SLACK} bytes of "
             f"256-byte alignment), got {capacity}"
         )
-    most = (L.capacity_for_pages if least == L.MIN_CAPACITY else L.memory_for_pages)(
-        L.MAX_PAGES + 1) - 1
+    most = (L.memory_for_pages(L.MAX_PAGES + 1, ps) if inside
+            else L.capacity_for_pages(L.MAX_PAGES + 1, ps)) - 1
     if capacity > most:
         raise ValueError(
-            f"Heap capacity must be at most {most} bytes ({L.MAX_PAGES} pages: "
-            f"page numbers must fit devalloc's packed words), got {capacity}"
+            f"Heap capacity must be at most {most} bytes ({L.MAX_PAGES} pages of "
+            f"{1 << ps} bytes: page numbers must fit devalloc's packed words), got {capacity}"
         )
     return capacity
+
+
+def min_memory(ps=L.PAGE_SHIFT):
+    """Return the smallest ``memory=`` buffer a heap of pages of ``2**ps`` bytes fits in."""
+    return L.memory_for_pages(1, ps) + ALIGN_SLACK
+
+
+#: What ``Heap(page="auto")`` aims at: this many pages in the heap. Each size
+#: class in use holds one partly used slab at least, so with pages of
+#: capacity / 1024 the 32 classes' last slabs are at most 3 % of the heap.
+AUTO_PAGES = 1024
+
+
+def auto_page_shift(capacity):
+    """Return the page shift ``Heap(capacity, page="auto")`` chooses.
+
+    Pages of ``capacity / AUTO_PAGES`` bytes, rounded down to a power of two
+    from ``layout.PAGE_MIN`` to ``layout.PAGE``: a small heap gets small
+    pages (each size class in use holds a page at least, so the page bounds
+    what a light workload costs), a heap of 16 MiB or more the largest
+    (bench/RESULTS.md, "Heap vs count + scan").
+    """
+    ps = L.floor_log2(max(1, int(capacity) // AUTO_PAGES))
+    return max(L.PAGE_SHIFT_MIN, min(L.PAGE_SHIFT, ps))
+
+
+def check_page(page, capacity):
+    """Return the page shift for ``Heap(capacity, page=page)``, or raise saying why.
+
+    ``page``: None (the default, ``layout.PAGE``: 16 KiB), ``"auto"``
+    (:func:`auto_page_shift` of ``capacity``), or a power of two from
+    ``layout.PAGE_MIN`` (1 KiB) to ``layout.PAGE`` bytes.
+    """
+    allowed = (f"None (the default, {L.PAGE} bytes), 'auto' or a power of two "
+               f"from {L.PAGE_MIN} to {L.PAGE} bytes")
+    if page is None:
+        return L.PAGE_SHIFT
+    if isinstance(page, str):
+        if page != "auto":
+            raise ValueError(f"page= must be {allowed}, got {page!r}")
+        if isinstance(capacity, numbers.Integral) and not isinstance(capacity, (bool, np.bool_)):
+            return auto_page_shift(capacity)
+        return L.PAGE_SHIFT  # check_capacity says what is wrong with it
+    if isinstance(page, (bool, np.bool_)) or not isinstance(page, numbers.Integral):
+        raise TypeError(f"page= must be {allowed}, got {type(page).__name__}: {page!r}")
+    page = int(page)
+    if page < L.PAGE_MIN or page > L.PAGE or page & (page - 1):
+        raise ValueError(f"page= must be {allowed}, got {page}")
+    return L.floor_log2(page)

@@ -64,7 +64,7 @@ __all__ = ["DEMO_CAPACITY", "HeapPlugin", "PLUGIN_NAME", "ShardedRun", "WorkerHe
 PLUGIN_NAME = "devalloc-heap"
 
 #: Keyword arguments of ``Heap`` that make sense on another process.
-_HEAP_KWARGS = ("debug", "device")
+_HEAP_KWARGS = ("debug", "device", "page")
 
 
 class HeapPlugin(WorkerPlugin):
@@ -76,8 +76,9 @@ class HeapPlugin(WorkerPlugin):
 
     name = PLUGIN_NAME
 
-    def __init__(self, capacity, debug=False, device=None):
+    def __init__(self, capacity, debug=False, device=None, page=None):
         self.capacity = capacity
+        self.page = page
         self.debug = debug
         self.device = device
         self.heap = None
@@ -97,7 +98,8 @@ class HeapPlugin(WorkerPlugin):
         import devalloc  # its first public name installs the simulator's atomic shim
 
         self.lock = threading.RLock()
-        self.heap = devalloc.Heap(self.capacity, debug=self.debug, device=self.device)
+        self.heap = devalloc.Heap(self.capacity, debug=self.debug, device=self.device,
+                                  page=self.page)
 
     def teardown(self, worker):
         """Close the heap (its device memory is freed)."""
@@ -109,7 +111,7 @@ def attach(client, capacity, **heap_kwargs):
     """Give every worker of ``client``'s cluster, present and future, one heap.
 
     ``capacity`` is each worker's heap capacity in bytes; ``heap_kwargs``
-    may be ``debug=`` and ``device=`` (default: the worker's current device,
+    may be ``debug=``, ``page=`` and ``device=`` (default: the worker's current device,
     its own GPU under dask-cuda; with ``device=N`` tasks must launch their
     kernels under ``with cuda.gpus[N]``). Calling it again replaces every worker's
     heap (the old ones are closed). Raises TypeError or ValueError for a bad
@@ -117,12 +119,15 @@ def attach(client, capacity, **heap_kwargs):
     """
     from .capacity import check_capacity
 
-    capacity = check_capacity(capacity)
+    from .capacity import check_page
+
+    ps = check_page(heap_kwargs.get("page"), capacity)
+    capacity = check_capacity(capacity, ps=ps)
     unknown = sorted(set(heap_kwargs) - set(_HEAP_KWARGS))
     if unknown:
         raise TypeError(
             f"attach() got {', '.join(unknown)}: a worker's heap takes only "
-            f"{' and '.join(_HEAP_KWARGS)} (stream= and memory= are objects of one "
+            f"{', '.join(_HEAP_KWARGS)} (stream= and memory= are objects of one "
             "process and cannot be sent to workers)"
         )
     client.register_plugin(HeapPlugin(capacity, **heap_kwargs), name=PLUGIN_NAME)

@@ -34,7 +34,9 @@ from .. import layout as L
 from ..ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
 from ..errors import HeapClosedError, OutOfMemoryError
 from . import observed
+from .paged import paged_meta
 from .capacity import ALIGN_SLACK, MIN_MEMORY, check_capacity  # noqa: F401 (re-exported)
+from .capacity import check_page
 from .reading import Reading
 from .run import RunResult, Running  # noqa: F401 (re-exported)
 
@@ -139,10 +141,20 @@ class Heap(Reading, Running):
     """A device heap of ``capacity`` bytes that kernels allocate from.
 
     :param capacity: bytes kernels can be served, rounded down to whole
-        16 KiB pages (``heap.capacity``). The metadata is allocated beside
-        them (``heap.meta_bytes``: a 37 KiB header and about 1.7 %), so a
-        small heap loses no page to it. With ``memory=``: the bytes of the
-        buffer the heap uses, metadata included (the whole buffer by default).
+        pages (``heap.capacity``). The metadata is allocated beside
+        them (``heap.meta_bytes``: a 37 KiB header and about 1.7 % with
+        16 KiB pages), so a small heap loses no page to it. With
+        ``memory=``: the bytes of the buffer the heap uses, metadata
+        included (the whole buffer by default).
+    :param page: the page size in bytes: a power of two from 1 KiB to
+        16 KiB (default: 16 KiB), or ``"auto"`` (capacity / 256, within
+        those bounds). Slabs and large blocks take whole pages, and each
+        size class in use holds at least one slab, so a light workload in
+        small pages holds far less memory (bench/RESULTS.md, "Heap vs
+        count + scan"); requests above half a page take whole pages, and
+        ``alloc_aligned`` aligns to at most one page. Kernels compiled for
+        one page size serve every other: the device reads the page from
+        the heap (``heap.page``).
     :param stream: the stream the heap's own work (zeroing, ``reset``,
         ``usage``) is ordered on; 0 is the default stream.
     :param memory: a device buffer exposing ``__cuda_array_interface__`` to
@@ -172,7 +184,8 @@ class Heap(Reading, Running):
 
     def __init__(self, capacity: int | None = None, *, stream: Any = 0, memory: Any = None,
                  device: int | None = None, debug: bool = False, profile: bool = False,
-                 trace: int = 0, spread: int | None = None) -> None:
+                 trace: int = 0, spread: int | None = None,
+                 page: int | str | None = None) -> None:
         self.stream = _check_stream(stream, "stream=")
         self._sms = _check_spread(spread)
         self.device = device
@@ -181,6 +194,7 @@ class Heap(Reading, Running):
         self.debug = bool(debug)
         self.profile, self.trace_room = observed.check_options(profile, trace)
         self._memory = memory
+        self._page_option = page
         self._closed = False
         if memory is None and capacity is None:
             raise TypeError("Heap() needs a capacity in bytes, or memory=")
@@ -206,19 +220,22 @@ class Heap(Reading, Running):
             raw, address = _device_bytes(self._memory)
             if capacity is None:
                 capacity = raw.size
-            capacity = check_capacity(capacity, MIN_MEMORY)
+            ps = check_page(self._page_option, capacity)
+            capacity = check_capacity(capacity, MIN_MEMORY, ps)
             if capacity > raw.size:
                 raise ValueError(
                     f"Heap capacity {capacity} exceeds the {raw.size} bytes of memory="
                 )
-            self._arena, self._meta = self._carve(raw, address, capacity)
+            self._arena, self._meta = self._carve(raw, address, capacity, ps)
         else:
-            capacity = check_capacity(capacity)
-            npages = L.pages_for_capacity(capacity)
-            self._check_free_memory(capacity, L.memory_for_pages(npages))
+            ps = check_page(self._page_option, capacity)
+            capacity = check_capacity(capacity, ps=ps)
+            npages = L.pages_for_capacity(capacity, ps)
+            self._check_free_memory(capacity, L.memory_for_pages(npages, ps))
             try:
-                self._arena = cuda.device_array(npages * L.PAGE, np.uint8, stream=self.stream)
-                self._meta = cuda.device_array(L.meta_words(npages), np.int64, stream=self.stream)
+                self._arena = cuda.device_array(npages << ps, np.uint8, stream=self.stream)
+                self._meta = cuda.device_array(L.meta_words(npages, ps), np.int64,
+                                               stream=self.stream)
             except Exception as e:  # CudaAPIError(CUDA_ERROR_OUT_OF_MEMORY)
                 # The simulator's device memory is host memory: NumPy's MemoryError.
                 if isinstance(e, MemoryError) or "OUT_OF_MEMORY" in str(e) or (
@@ -229,7 +246,10 @@ class Heap(Reading, Running):
                     ) from e
                 raise
         self.requested = capacity
-        self.npages = self._arena.size // L.PAGE
+        #: log2 of the page size (kernels read it from the metadata's type or length).
+        self.page_shift = ps
+        self._meta = paged_meta(self._meta, ps)
+        self.npages = self._arena.size >> ps
         # The free-page index starts with every page free: kept on the device
         # so that reset copies it without the host (a device-to-device copy).
         self._index = cuda.to_device(free_index_template(self.npages), stream=self.stream)
@@ -241,7 +261,7 @@ class Heap(Reading, Running):
             self._debug = cuda.device_array(L.DEBUG_WORDS, np.int64, stream=self.stream)
             _zero(self._debug, L.DEBUG_WORDS * 8, self.stream)
             # Written by alloc before it is read: zeroed once, not by reset.
-            self._sizes = cuda.device_array(L.debug_size_slots(self.npages), np.uint16,
+            self._sizes = cuda.device_array(L.debug_size_slots(self.npages, ps), np.uint16,
                                             stream=self.stream)
             _zero(self._sizes, self._sizes.size * 2, self.stream)
             self._ctx = DebugCtx(self._arena, self._meta, self._debug, self._sizes)
@@ -267,16 +287,16 @@ class Heap(Reading, Running):
         self._ctx = ObsCtx(self._arena, self._meta, debug, sizes, self._prof, self._trace)
 
     @staticmethod
-    def _carve(raw, address, capacity):
-        """Lay the metadata then the arena out in ``raw[:capacity]``."""
+    def _carve(raw, address, capacity, ps):
+        """Lay the metadata then the arena (pages of ``2**ps`` bytes) out in ``raw[:capacity]``."""
         skip = (-address) % 256  # both regions 256-byte aligned
-        # At most 255 more bytes align the arena: MIN_MEMORY gives one page.
-        npages = L.pages_for_memory(capacity - skip - 255)
+        # At most 255 more bytes align the arena: min_memory(ps) gives one page.
+        npages = L.pages_for_memory(capacity - skip - 255, ps)
         assert npages >= 1, (capacity, address)
-        meta_bytes = L.meta_words(npages) * 8
+        meta_bytes = L.meta_words(npages, ps) * 8
         arena_at = skip + meta_bytes + (-(address + skip + meta_bytes)) % 256
         meta = raw[skip:skip + meta_bytes].view(np.int64)
-        arena = raw[arena_at:arena_at + npages * L.PAGE]
+        arena = raw[arena_at:arena_at + (npages << ps)]
         return arena, meta
 
     @staticmethod
@@ -308,13 +328,18 @@ class Heap(Reading, Running):
     @property
     def capacity(self) -> int:
         """Bytes the heap can hand out (whole pages of the arena)."""
-        return self.npages * L.PAGE
+        return self.npages << self.page_shift
+
+    @property
+    def page(self) -> int:
+        """The heap's page size in bytes (``Heap(page=)``; 16 KiB by default)."""
+        return 1 << self.page_shift
 
     @property
     def meta_bytes(self) -> int:
         """Device bytes the heap's metadata takes beside the arena (inside
         ``memory=``, within the buffer): header, page states, bitmaps, index."""
-        return L.meta_bytes(self.npages)
+        return L.meta_bytes(self.npages, self.page_shift)
 
     @property
     def arena(self) -> Any:
@@ -375,7 +400,7 @@ class Heap(Reading, Running):
         index (every page free) and the spread's bound, from device copies
         made once (device-to-device: no host synchronization)."""
         _zero(self._meta, self._meta.size * 8, stream)
-        at = L.free_tree(self.npages)
+        at = L.free_tree(self.npages, self.page_shift)
         self._meta[at:at + self._index.size].copy_to_device(self._index, stream=stream)
         self._meta[L.H_SPREAD_MAX:L.H_SPREAD_MAX + 1].copy_to_device(self._spread_max, stream=stream)
 
@@ -395,17 +420,20 @@ class Heap(Reading, Running):
 
         **Discards the contents**: every block is freed and every counter
         cleared, and ``heap.ctx`` changes (pass the new one to kernels). With
-        ``memory=``, the new capacity must fit in that buffer.
+        ``memory=``, the new capacity must fit in that buffer. The page size
+        follows ``page=``: the same, or with ``"auto"`` the new capacity's.
         """
         self._live()
         old = (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-               self._ctx, self.requested, self.npages, self._index, self._spread_max)
+               self._ctx, self.requested, self.npages, self._index, self._spread_max,
+               self.page_shift)
         try:
             with self._on_device():
                 self._build(capacity)
         except Exception:
             (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-             self._ctx, self.requested, self.npages, self._index, self._spread_max) = old
+             self._ctx, self.requested, self.npages, self._index, self._spread_max,
+             self.page_shift) = old
             raise
 
     def close(self) -> None:
@@ -430,6 +458,8 @@ class Heap(Reading, Running):
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"pages={self.npages}"
+        if not self._closed and self.page_shift != L.PAGE_SHIFT:
+            state += f", page={self.page}"
         return f"Heap(capacity={self.requested}, {state})"
 
 

@@ -24,7 +24,7 @@ bytes of the slabs (whole pages) it holds that no live block occupies, the
 price of holding pages per size class; ``slack`` is their share of the
 slabs' bytes. The heap does not record requested sizes, so the rounding of
 a request up to its class size (at most 25 % above 128 B) is not in it.
-A ``large`` row counts the live blocks of more than 8 KiB (whole pages;
+A ``large`` row counts the live blocks of more than half a page (8 KiB by default; whole pages;
 their bytes are in ``in use``). Class and large rows count every block the
 heap holds, threads' scoped-scratch chunks included (those are reported as
 ``scoped chunks`` and kept out of ``in use``, ``allocs`` and ``frees``);
@@ -67,7 +67,7 @@ def human_bytes(n):
 
 
 def large_blocks(usage):
-    """Return the live blocks not held by a size class (blocks above 8 KiB)."""
+    """Return the live blocks not held by a size class (blocks above half a page)."""
     return usage.large_blocks
 
 

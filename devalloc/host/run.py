@@ -32,6 +32,7 @@ class Running:
 
     if TYPE_CHECKING:  # made by Heap (devalloc.host.heap)
         requested: int
+        page_shift: int
         stream: Any
         _meta: Any
         _arena: Any
@@ -70,7 +71,7 @@ class Running:
         :returns: a :class:`RunResult` (final usage, attempts, capacity).
         """
         self._live()
-        ceiling = check_capacity(ceiling)
+        ceiling = check_capacity(ceiling, ps=self.page_shift)
         if ceiling < self.requested:
             raise ValueError(
                 f"ceiling={ceiling} is below the heap's current size of {self.requested} "

@@ -62,7 +62,8 @@ class Usage:
     #: Scoped-scratch misuse: a release out of LIFO order, a scoped call
     #: outside any scope, too deep a nesting.
     scope_misuse: int = 0
-    #: Live blocks of whole pages (over 8 KiB), scoped chunks included.
+    #: Live blocks of whole pages (over half a page: 8 KiB with the default
+    #: page), scoped chunks included.
     large_blocks: int = 0
     #: Scoped-scratch chunks threads hold now: blocks that ``Heap.live()``
     #: lists and ``live_blocks`` leaves out.
@@ -70,6 +71,9 @@ class Usage:
     #: Profile counters of a heap made with ``profile=True`` (keys:
     #: ``devalloc.layout.PROF_NAMES``), else None.
     profile: dict | None = field(default=None, compare=False)
+    #: The heap's page size in bytes (``Heap(page=)``): slabs and large
+    #: blocks hold whole pages of it.
+    page: int = L.PAGE
 
     def suggest_capacity(self, headroom: float = 0.25) -> int:
         """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.
@@ -83,8 +87,8 @@ class Usage:
         ):
             raise ValueError(f"headroom must be a finite fraction >= 0, got {headroom!r}")
         need = self.peak * (1.0 + headroom)
-        pages = max(1, -(-int(round(need)) // L.PAGE))
-        return L.capacity_for_pages(pages)
+        pages = max(1, -(-int(round(need)) // self.page))
+        return pages * self.page
 
     def __str__(self) -> str:
         """Return the usage report: an aligned table (:mod:`devalloc.host.report`)."""
@@ -104,12 +108,13 @@ def total_usage(usages: Any) -> "Usage":
 
     Size classes are merged class by class. ``peak`` is the sum of each
     heap's own high-water mark: what the heaps reserved at most at one
-    moment if they peaked together (an upper bound otherwise).
+    moment if they peaked together (an upper bound otherwise). ``page`` is
+    the largest of the heaps' pages.
     """
     usages = list(usages)
     if not usages:
         raise ValueError("total_usage() needs at least one Usage")
-    names = [f.name for f in fields(Usage) if f.name not in ("classes", "profile")]
+    names = [f.name for f in fields(Usage) if f.name not in ("classes", "profile", "page")]
     classes: dict[int, ClassUsage] = {}
     for u in usages:
         for size, c in u.classes.items():
@@ -121,12 +126,18 @@ def total_usage(usages: Any) -> "Usage":
     if all(u.profile is not None for u in usages):
         profile = {k: sum(u.profile[k] for u in usages) for k in usages[0].profile}
     return Usage(**{n: sum(getattr(u, n) for u in usages) for n in names},
-                 classes=dict(sorted(classes.items())), profile=profile)
+                 classes=dict(sorted(classes.items())), profile=profile,
+                 page=max(u.page for u in usages))
 
 
 def usage_from_meta(meta: Any, npages: int) -> Usage:
-    """Return the :class:`Usage` described by metadata ``meta`` of ``npages``."""
+    """Return the :class:`Usage` described by metadata ``meta`` of ``npages``.
+
+    The page size is the heap's, read from the metadata's length
+    (``layout.page_shift_of``).
+    """
     meta = np.asarray(meta, dtype=np.int64)
+    page = 1 << L.page_shift_of(len(meta))
     # The layout's accessors are plain arithmetic: they work on arrays too.
     state = meta[L.state_word(0):L.state_word(npages)]
     tag = L.state_tag(state)
@@ -135,7 +146,7 @@ def usage_from_meta(meta: Any, npages: int) -> Usage:
 
     heads = tag == L.TAG_HEAD
     large_live = int(heads.sum())
-    large_bytes = int(n[heads].sum()) * L.PAGE
+    large_bytes = int(n[heads].sum()) * page
 
     classes = {}
     small_live = 0
@@ -149,10 +160,10 @@ def usage_from_meta(meta: Any, npages: int) -> Usage:
         live = int(L.slab_live(state[slabs]).sum())
         small_live += live
         small_bytes += live * size
-        classes[size] = ClassUsage(size, live, nslabs, nslabs * L.PAGE - live * size)
+        classes[size] = ClassUsage(size, live, nslabs, nslabs * page - live * size)
 
     reserved_pages = int((tag != L.TAG_FREE).sum())
-    bump_bytes = int(n[tag == L.TAG_BUMP].sum()) * L.PAGE
+    bump_bytes = int(n[tag == L.TAG_BUMP].sum()) * page
     bump_word = int(meta[L.H_BUMP])
     bump_allocs = int(meta[L.H_BUMP_DONE]) + L.bump_count(bump_word)
     live = small_live + large_live
@@ -168,10 +179,10 @@ def usage_from_meta(meta: Any, npages: int) -> Usage:
     allocs -= chunks
     live -= chunks_live
     return Usage(
-        capacity=npages * L.PAGE,
+        capacity=npages * page,
         in_use=small_bytes + large_bytes - scoped_bytes,
-        reserved=reserved_pages * L.PAGE,
-        peak=int(meta[L.H_PEAK_PAGES]) * L.PAGE,
+        reserved=reserved_pages * page,
+        peak=int(meta[L.H_PEAK_PAGES]) * page,
         allocs=allocs,
         frees=allocs - live,
         failed=failed,
@@ -184,6 +195,7 @@ def usage_from_meta(meta: Any, npages: int) -> Usage:
         scope_misuse=misuse,
         large_blocks=large_live,
         scoped_chunks=chunks_live,
+        page=page,
     )
 
 
@@ -196,17 +208,21 @@ def live_blocks(meta: Any, npages: int) -> list[tuple[int, int]]:
     """Return the live blocks as sorted ``(offset, reserved size)`` pairs.
 
     Vectorized over pages: a slab's live blocks are those below its cursor
-    whose freed bit is clear; a large block is its HEAD page.
+    whose freed bit is clear; a large block is its HEAD page. The page size
+    is read from the metadata's length (``layout.page_shift_of``).
     """
     meta = np.asarray(meta, dtype=np.int64)
+    ps = L.page_shift_of(len(meta))
+    page = 1 << ps
     state = meta[L.state_word(0):L.state_word(npages)]
     tag = L.state_tag(state)
     heads = np.flatnonzero(tag == L.TAG_HEAD)
-    offs = [heads * L.PAGE]
-    sizes = [L.state_n(state[heads]) * L.PAGE]
+    offs = [heads * page]
+    sizes = [L.state_n(state[heads]) * page]
     slabs = np.flatnonzero((tag >= 1) & (tag <= L.NCLASSES))  # is_slab_tag, vectorized
-    bitmaps = meta[L.bits_base(npages):L.free_tree(npages)].reshape(npages, L.BITMAP_WORDS)
-    block = np.arange(L.MAX_SLAB_BLOCKS)
+    nwords = L.bitmap_words(ps)
+    bitmaps = meta[L.bits_base(npages):L.free_tree(npages, ps)].reshape(npages, nwords)
+    block = np.arange(nwords * L.BITS_PER_WORD)
     for lo in range(0, len(slabs), _SLAB_BATCH):
         pages = slabs[lo:lo + _SLAB_BATCH]
         # Bit k of word w is block 32 w + k: unpack the low 4 bytes of each
@@ -216,7 +232,7 @@ def live_blocks(meta: Any, npages: int) -> list[tuple[int, int]]:
         cursor = L.slab_cursor(state[pages])
         slab, k = np.nonzero((freed == 0) & (block < cursor[:, None]))
         size = _CLASS_SIZES[L.slab_class(tag[pages])][slab]
-        offs.append(pages[slab] * L.PAGE + k * size)
+        offs.append(pages[slab] * page + k * size)
         sizes.append(size)
     all_offs = np.concatenate(offs)
     all_sizes = np.concatenate(sizes)

@@ -14,11 +14,12 @@ from numba import cuda, int64
 
 from .. import layout as L
 from ..device import api, warp
-from ..device._meta import _pages_changed, _pcount
+from ..device._meta import _pages_changed, _pcount, _pshift
 from ..device.index import _index_set
 from ..device.pages import _alloc_pages, _free_pages
 from ..device.porting import _copy
-from ..device.slab import _find, _release_slots, _seek, _settle, _took_page
+from ..device.slab import (_bitmap_word, _blocks, _find, _release_slots, _seek, _settle,
+                           _took_page)
 
 
 def take_bits_check_then_clear(meta, widx, pick):
@@ -44,7 +45,7 @@ def free_small_release_first(meta, npages, p, s, rel, prof):
     if rel - b * size != 0 or b >= L.slab_cursor(s):
         warp.join_alone()
         return 0
-    widx = L.bits_base(npages) + p * L.BITMAP_WORDS + b // L.BITS_PER_WORD
+    widx = _bitmap_word(meta, npages, p, b // L.BITS_PER_WORD)
     bit = int64(1) << (b % L.BITS_PER_WORD)
     warp.group(widx)
     _release_slots(meta, npages, p, 1, False, c, prof)  # BUG: the slot goes back first
@@ -61,11 +62,11 @@ def retire_plain_store(meta, npages, p, s, prof):
     idx = L.STATE_BASE + p
     _pages_changed(meta, -1)
     meta[idx] = (s & L.COUNT_MASK) | L.TAG_RETIRING  # BUG: plain store, no cas
-    base = L.bits_base(npages) + p * L.BITMAP_WORDS
+    base = _bitmap_word(meta, npages, p, 0)
     for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) // L.BITS_PER_WORD):
         meta[base + w] = 0
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
-    _index_set(meta, L.free_tree(npages), npages, p >> 5, int64(1) << (p & 31))
+    _index_set(meta, L.free_tree(npages, _pshift(meta)), npages, p >> 5, int64(1) << (p & 31))
     return 1
 
 
@@ -82,7 +83,7 @@ def retire_keeping_bits(meta, npages, p, s, prof):
         return 0
     # BUG: the bitmap words below the cursor are not cleared
     cuda.atomic.exch(meta, idx, s & L.COUNT_MASK)
-    _index_set(meta, L.free_tree(npages), npages, p >> 5, int64(1) << (p & 31))
+    _index_set(meta, L.free_tree(npages, _pshift(meta)), npages, p >> 5, int64(1) << (p & 31))
     return 1
 
 
@@ -94,7 +95,7 @@ def reserve_plain_update(meta, npages, p, c, want, prof):
     """
     idx = L.STATE_BASE + p
     tag = L.slab_tag(c)
-    cap = L.class_blocks(c)
+    cap = int(_blocks(meta, c))
     want = int(want)  # _find passes a 32-bit count
     s = meta[idx]
     t = s & L.TAG_MASK
@@ -133,7 +134,7 @@ def alloc_small_overserve(meta, npages, c, mask, leader, rank, lanes, prof):
         got = L.grant_count(g)
         k = rank - served
         if k >= 0 and k <= got:  # BUG: <=, one lane too many
-            off = (L.grant_page(g) << L.PAGE_SHIFT) + L.grant_block(g, k) * L.class_size(c)
+            off = (L.grant_page(g) << _pshift(meta)) + L.grant_block(g, k) * L.class_size(c)
         served += got
         if served >= lanes:
             break
@@ -153,7 +154,7 @@ def free_small_leader_bit_only(meta, npages, p, s, rel, prof):
     widx = warp.solo_key()
     bit = int64(0)
     if rel - b * size == 0 and b < L.slab_cursor(s):
-        widx = L.bits_base(npages) + p * L.BITMAP_WORDS + (b >> 5)
+        widx = _bitmap_word(meta, npages, p, b >> 5)
         bit = int64(1) << (b & (L.BITS_PER_WORD - 1))
     mask, leader, rank, lanes = warp.group(widx)
     if bit == 0:
@@ -186,9 +187,9 @@ def claim_plain_update(meta, npages, total, cnt, prof):
     chunk_pages = L.bump_chunk_pages(npages)
     while True:  # as the real one: retried while the bump word changes (issue 25)
         w = meta[L.H_BUMP]
-        if L.bump_page(w) >= 0 and L.bump_cursor(w) + total <= chunk_pages * L.PAGE:
+        if L.bump_page(w) >= 0 and L.bump_cursor(w) + total <= chunk_pages << _pshift(meta):
             meta[L.H_BUMP] = w + (cnt << L.BUMP_COUNT_SHIFT) + total  # BUG: plain update
-            return (L.bump_page(w) << L.PAGE_SHIFT) + L.bump_cursor(w)
+            return (L.bump_page(w) << _pshift(meta)) + L.bump_cursor(w)
         q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP, prof)
         if q < 0:
             if meta[L.H_BUMP] == w:
@@ -197,7 +198,7 @@ def claim_plain_update(meta, npages, total, cnt, prof):
         if cuda.atomic.cas(meta, L.H_BUMP, w, L.pack_bump(q, cnt, total)) == w:
             if L.bump_count(w):
                 cuda.atomic.add(meta, L.H_BUMP_DONE, L.bump_count(w))
-            return q << L.PAGE_SHIFT
+            return q << _pshift(meta)
         _pcount(prof, L.P_CAS_RETRIES, 1)
         _free_pages(meta, npages, q, L.TAG_BUMP, prof)
 

@@ -26,11 +26,11 @@ SLOTS = 4
 
 
 @cuda.jit
-def _fill(ctx, pages, offs):
-    # One thread: `pages` one-page large blocks; their offsets (NULL: none).
+def _fill(ctx, pages, nbytes, offs):
+    # One thread: `pages` one-page large blocks of `nbytes`; their offsets (NULL: none).
     if cuda.grid(1) == 0:
         for i in range(pages):
-            offs[i] = alloc(ctx, L.MAX_SMALL + 1)
+            offs[i] = alloc(ctx, nbytes)
 
 
 @cuda.jit
@@ -88,19 +88,24 @@ def _scopes(ctx, sizes, nulls):
             release(ctx, s, m)
 
 
-def sizes_table(seed, threads, steps, low=1, high=3000, large=0.0, large_max=40_000):
-    """Return a (threads, steps) table of sizes in [low, high], a share ``large`` of them large."""
+def sizes_table(seed, threads, steps, low=1, high=3000, large=0.0, large_max=40_000,
+                ps=L.PAGE_SHIFT):
+    """Return a (threads, steps) table of sizes in [low, high], a share ``large`` of them large.
+
+    Large: above ``layout.max_small(ps)``, the largest slab block in pages of ``2**ps`` bytes.
+    """
     rng = np.random.default_rng(seed)
     sizes = rng.integers(low, high + 1, (threads, steps))
     big = rng.random((threads, steps)) < large
-    sizes[big] = rng.integers(L.MAX_SMALL + 1, large_max + 1, int(big.sum()))
+    sizes[big] = rng.integers(L.max_small(ps) + 1, large_max + 1, int(big.sum()))
     return sizes.astype(np.int64)
 
 
 def fill_pages(heap, pages):
     """Take ``pages`` pages of ``heap`` with one-page blocks; return their offsets."""
     offs = cuda.to_device(np.full(max(pages, 1), NULL, np.int64))
-    _fill[1, 1](heap.ctx, pages, offs)
+    # The smallest large request: one page, whatever the heap's page.
+    _fill[1, 1](heap.ctx, pages, L.max_small(heap.page_shift) + 1, offs)
     got = offs.copy_to_host()[:pages]
     if (got == NULL).any():
         raise RuntimeError(f"the heap could not hold {pages} pages to fill it")

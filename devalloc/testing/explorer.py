@@ -365,22 +365,29 @@ def main(argv=None):
 
     p = argparse.ArgumentParser(prog="python -m devalloc.testing.explorer",
                                 description="Explore devalloc's device code's interleavings.")
-    p.add_argument("names", nargs="*", help="scenarios to run (default: all)")
+    p.add_argument("names", nargs="*", help="scenarios to run (default: all); NAME@PAGE: "
+                   "NAME on pages of PAGE bytes (1024 .. 16384), as reports name it")
     p.add_argument("--deep", action="store_true", help="the DEVALLOC_EXPLORE_DEEP bounds")
     args = p.parse_args(argv)
     known = {sc.name for sc in scenarios.EXHAUSTIVE + scenarios.EXHAUSTIVE_DEEP + scenarios.PCT}
-    if set(args.names) - known:
-        p.error(f"unknown scenario(s) {sorted(set(args.names) - known)}; "
-                f"known: {', '.join(sorted(known))}")
+    unknown = sorted(n for n in args.names if n.partition("@")[0] not in known)
+    if unknown:
+        p.error(f"unknown scenario(s) {unknown}; known: {', '.join(sorted(known))}")
+    try:
+        paged = [scenarios.by_name(n) for n in args.names if "@" in n]
+    except KeyError as e:
+        p.error(str(e.args[0]))
+    pct = {sc.name for sc in scenarios.PCT}
     deep = args.deep or scenarios.deep_requested()
     bounds = scenarios.bounds(deep)
     failed = False
-    for sc in scenarios.exhaustive(deep):
+    for sc in list(scenarios.exhaustive(deep)) + [
+            sc for sc in paged if sc.name.partition("@")[0] not in pct]:
         if not args.names or sc.name in args.names:
             r = explore(sc, bounds.max_executions)
             print(r.summary() if r.ok else r.report(), flush=True)
             failed |= not r.ok
-    for sc in scenarios.PCT:
+    for sc in list(scenarios.PCT) + [sc for sc in paged if sc.name.partition("@")[0] in pct]:
         if not args.names or sc.name in args.names:
             for depth in bounds.pct_depths:
                 r = explore_pct(sc, bounds.pct_seeds, depth)

@@ -115,15 +115,16 @@ def alloc_group(machine, t, nbytes, lanes):
     return offs
 
 
-def word_groups(blocks):
-    """Split ``blocks`` ((offset, size) of small blocks, in lane order) as
-    ``match_any_sync`` would: by bitmap word. Returns a list of groups, each
-    a list of ``(offset, bit)`` in lane order (the first is the leader)."""
+def word_groups(blocks, ps=L.PAGE_SHIFT):
+    """Split ``blocks`` ((offset, size) of small blocks, in lane order, in
+    pages of ``2**ps`` bytes) as ``match_any_sync`` would: by bitmap word.
+    Returns a list of groups, each a list of ``(offset, bit)`` in lane order
+    (the first is the leader)."""
     groups = {}
     for off, size in blocks:
         c = L.size_class(size)
-        b = (off % L.PAGE) // L.class_size(c)
-        key = (off // L.PAGE, b // L.BITS_PER_WORD)
+        b = (off % (1 << ps)) // L.class_size(c)
+        key = (off >> ps, b // L.BITS_PER_WORD)
         groups.setdefault(key, []).append((off, 1 << (b % L.BITS_PER_WORD)))
     return list(groups.values())
 

@@ -52,15 +52,22 @@ class Fault(AssertionError):
         self.detail = detail
 
 
-def span(nbytes):
-    """Return the bytes the heap reserves for a request of ``nbytes``."""
-    if nbytes <= L.MAX_SMALL:
+def span(nbytes, ps=L.PAGE_SHIFT):
+    """Return the bytes the heap reserves for a request of ``nbytes`` (pages of ``2**ps`` bytes)."""
+    if nbytes <= L.max_small(ps):
         return L.class_size(L.size_class(nbytes))
-    return L.pages_for(nbytes) * L.PAGE
+    return L.pages_for(nbytes, ps) << ps
 
 
-def word_name(i, npages):
-    """Return a readable name for metadata word ``i`` of a heap of ``npages``."""
+def page_shift(words):
+    """Return the page shift of the heap whose metadata words are ``words``
+    (its length names it: ``layout.page_shift_of``)."""
+    return L.page_shift_of(len(words))
+
+
+def word_name(i, npages, ps=L.PAGE_SHIFT):
+    """Return a readable name for metadata word ``i`` of a heap of ``npages``
+    pages of ``2**ps`` bytes."""
     fixed = {
         L.H_PAGES_USED: "pages_used",
         L.H_PEAK_PAGES: "peak_pages",
@@ -81,11 +88,14 @@ def word_name(i, npages):
         return f"hint[c{c}={L.class_size(c)}B][{slot}]"
     if L.STATE_BASE <= i < L.bits_base(npages):
         return f"state[p{i - L.STATE_BASE}]"
-    if L.bits_base(npages) <= i < L.free_tree(npages):
-        p, w = divmod(i - L.bits_base(npages), L.BITMAP_WORDS)
+    trees, end = L.free_tree(npages, ps), L.room_tree(npages, L.NCLASSES, ps)
+    if L.bits_base(npages) <= i < trees:
+        p, w = divmod(i - L.bits_base(npages), L.bitmap_words(ps))
         return f"bits[p{p}][w{w}]"
-    if L.free_tree(npages) <= i < L.meta_words(npages):
-        tree, k = divmod(i - L.free_tree(npages), L.tree_stride(npages))
+    if end <= i < L.meta_words(npages, ps):
+        return f"pad[{i - end}]"
+    if trees <= i < end:
+        tree, k = divmod(i - trees, L.tree_stride(npages))
         name = "free" if tree == 0 else f"room[c{tree - 1}={L.class_size(tree - 1)}B]"
         for j in range(L.tree_levels(npages)):
             if k < L.level_start(npages, j + 1):
@@ -115,9 +125,9 @@ def describe_state(s):
     return f"{tag} n={L.state_n(s)} count={L.state_count(s)}"
 
 
-def pages_moved(nbytes):
-    """Return the pages an allocation of ``nbytes`` takes (one for a slab)."""
-    return L.pages_for(nbytes) if nbytes > L.MAX_SMALL else 1
+def pages_moved(nbytes, ps=L.PAGE_SHIFT):
+    """Return the pages of ``2**ps`` bytes an allocation of ``nbytes`` takes (one for a slab)."""
+    return L.pages_for(nbytes, ps) if nbytes > L.max_small(ps) else 1
 
 
 @dataclass
@@ -142,10 +152,11 @@ class Block:
     size: int  # requested bytes
     span: int  # reserved bytes
     chunk: bool = False  # a scoped-scratch chunk (usage() reports it apart)
+    ps: int = L.PAGE_SHIFT  # the heap's page shift
 
     @property
     def small(self):
-        return self.size <= L.MAX_SMALL
+        return self.size <= L.max_small(self.ps)
 
     def __str__(self):
         return f"T{self.tid}'s block #{self.aidx} [{self.off}, {self.off + self.span})"
@@ -154,8 +165,9 @@ class Block:
 class Model:
     """The sequential model: live blocks and counts of completed operations."""
 
-    def __init__(self, npages, base=0):
+    def __init__(self, npages, base=0, ps=L.PAGE_SHIFT):
         self.npages = npages
+        self.ps = ps  # the heap's page shift: pages of 2**ps bytes
         self.base = base  # allocations (all freed) before the history began
         self.live = {}  # offset -> Block
         self.allocs = 0  # allocs that returned an offset
@@ -180,7 +192,8 @@ class Model:
         blocks' pages, else 1).
         """
         if pages is None:
-            pages = max(1, sum(b.span // L.PAGE for b in blocks if b is not None and not b.small))
+            pages = max(1, sum(b.span >> self.ps for b in blocks
+                               if b is not None and not b.small))
         self.untouched[tid] = Op(kind, list(blocks), lanes, pages)
 
     def touch(self, tid):
@@ -203,13 +216,14 @@ class Model:
         if off == L.NULL:
             self.failed += 1
             return None
-        b = Block(tid, aidx, off, size, span(size), chunk)
-        cap = self.npages * L.PAGE
+        page = 1 << self.ps
+        b = Block(tid, aidx, off, size, span(size, self.ps), chunk, self.ps)
+        cap = self.npages * page
         if off % L.ALIGN or off < 0 or off + b.span > cap:
             raise Fault("offset", f"alloc({size}) returned {off}: not aligned or "
                         f"[{off}, {off + b.span}) not inside the arena of {cap} bytes")
-        rel = off % L.PAGE
-        if b.small and (rel % b.span or rel + b.span > L.PAGE):
+        rel = off % page
+        if b.small and (rel % b.span or rel + b.span > page):
             raise Fault("offset", f"alloc({size}) returned {off}: not a slot of a "
                         f"{b.span}-byte slab")
         if not b.small and rel:
@@ -226,8 +240,8 @@ class Model:
         if off == L.NULL:
             self.failed += 1
             return None
-        b = Block(tid, aidx, off, size, L.align_up(size))
-        if off % L.ALIGN or off < 0 or off + b.span > self.npages * L.PAGE:
+        b = Block(tid, aidx, off, size, L.align_up(size), ps=self.ps)
+        if off % L.ALIGN or off < 0 or off + b.span > self.npages << self.ps:
             raise Fault("offset", f"bump({size}) returned {off}: not aligned or "
                         "not inside the arena")
         self._no_overlap(b, f"bump({size}) by T{tid}")
@@ -301,8 +315,10 @@ class Model:
 # ------------------------------------------------------------------ checks
 
 def _bitmap(words, npages, p):
-    base = L.bits_base(npages) + p * L.BITMAP_WORDS
-    return words[base:base + L.BITMAP_WORDS]
+    # Page p's bitmap words; their number follows the page (the words' length names it).
+    nwords = L.bitmap_words(page_shift(words))
+    base = L.bits_base(npages) + p * nwords
+    return words[base:base + nwords]
 
 
 def check_safe(words, npages, model, fits_int64=False):
@@ -324,7 +340,11 @@ def check_safe(words, npages, model, fits_int64=False):
     """
     if not fits_int64 and (max(words) > INT64_MAX or min(words) < INT64_MIN):
         i, v = next((i, v) for i, v in enumerate(words) if not INT64_MIN <= v <= INT64_MAX)
-        raise Fault("int64", f"{word_name(i, npages)} = {v} overflows int64")
+        raise Fault("int64", f"{word_name(i, npages, page_shift(words))} = {v} overflows int64")
+    ps = page_shift(words)
+    if model.ps != ps:
+        raise Fault("page", f"the model has pages of {1 << model.ps} bytes, the metadata "
+                    f"({len(words)} words) pages of {1 << ps}")
     held = 0
     count_sum = 0
     live_meta = 0
@@ -344,11 +364,11 @@ def check_safe(words, npages, model, fits_int64=False):
         elif 1 <= t <= L.NCLASSES:
             c = t - 1
             live, cursor = L.slab_live(s), L.slab_cursor(s)
-            if cursor > L.class_blocks(c) or live > L.class_blocks(c):
-                raise Fault("state word", f"{where}: above the {L.class_blocks(c)} slots")
+            if cursor > L.class_blocks(c, ps) or live > L.class_blocks(c, ps):
+                raise Fault("state word", f"{where}: above the {L.class_blocks(c, ps)} slots")
             nbits = 0
             for w, word in enumerate(bits):
-                if word & ~L.word_valid_mask(c, w):
+                if word & ~L.word_valid_mask(c, w, ps):
                     raise Fault("bitmap", f"{where}: bit set past the last slot in word {w}")
                 for k in range(L.BITS_PER_WORD):
                     if word >> k & 1:
@@ -424,7 +444,7 @@ def _tree_levels(words, npages, tree):
     """Return the levels of page-index tree ``tree`` (0: free pages, 1 + c:
     class c's room) as lists of words, level 0 first."""
     stride, _, levels = _tree_geometry(npages)
-    base = L.free_tree(npages) + tree * stride
+    base = L.free_tree(npages, page_shift(words)) + tree * stride
     return [words[base + lo:base + hi] for lo, hi in levels]
 
 
@@ -452,9 +472,10 @@ def check_index(words, npages, model, exact):
     with room is in its class's room index.
     """
     states = words[L.STATE_BASE:L.STATE_BASE + npages]
+    ps = page_shift(words)
     stride, used, _ = _tree_geometry(npages)
     for tree in range(1 + L.NCLASSES):
-        base = L.free_tree(npages) + tree * stride
+        base = L.free_tree(npages, ps) + tree * stride
         if not any(words[base:base + stride]):
             continue  # nothing set, every count 0
         if any(words[base + used:base + stride]):
@@ -482,7 +503,7 @@ def check_index(words, npages, model, exact):
     unmarked = []
     for p, s in enumerate(states):
         t = L.state_tag(s)
-        if 1 <= t <= L.NCLASSES and L.slab_live(s) < L.class_blocks(t - 1):
+        if 1 <= t <= L.NCLASSES and L.slab_live(s) < L.class_blocks(t - 1, ps):
             room = _tree_levels(words, npages, t)[0]
             if not room[p >> L.WORD_SHIFT] >> (p & (L.BITS_PER_WORD - 1)) & 1:
                 unmarked.append(p)
@@ -496,20 +517,21 @@ def check_index(words, npages, model, exact):
 
 
 def _check_pinned(words, npages, b):
-    p = b.off // L.PAGE
+    ps = b.ps
+    p = b.off >> ps
     s = words[L.STATE_BASE + p]
     if b.small:
         c = L.size_class(b.size)
         if L.state_tag(s) != L.slab_tag(c):
             raise Fault("live block pinned", f"{b} lies on page {p}, now {describe_state(s)}")
-        k = (b.off % L.PAGE) // L.class_size(c)
+        k = (b.off % (1 << ps)) // L.class_size(c)
         if k >= L.slab_cursor(s):
             raise Fault("live block pinned", f"{b}: block {k} on page {p} is past "
                         f"the cursor ({describe_state(s)})")
         word = _bitmap(words, npages, p)[k // L.BITS_PER_WORD]
         if (word >> (k % L.BITS_PER_WORD)) & 1:
             raise Fault("live block pinned", f"{b}: block {k} on page {p} is marked freed")
-    elif L.state_tag(s) != L.TAG_HEAD or L.state_n(s) != L.pages_for(b.size):
+    elif L.state_tag(s) != L.TAG_HEAD or L.state_n(s) != L.pages_for(b.size, ps):
         raise Fault("live block pinned", f"{b}: its head page {p} is {describe_state(s)}")
 
 
@@ -525,7 +547,7 @@ def _bump_run(words, npages, p):
 
 
 def _check_bump_pinned(words, npages, b):
-    for p in (b.off // L.PAGE, (b.off + b.span - 1) // L.PAGE):
+    for p in (b.off >> b.ps, (b.off + b.span - 1) >> b.ps):
         if _bump_run(words, npages, p) is None:
             raise Fault("live block pinned", f"bump block [{b.off}, {b.off + b.span}) "
                         f"lies on page {p}, which no bump chunk covers "
@@ -549,15 +571,17 @@ def check_quiescent(words, npages, model, pages_used_max):
     agrees with the model: allocs, frees, failed, invalid_frees, live blocks
     and in_use. Raises :class:`Fault`.
     """
+    ps = page_shift(words)
+    page = 1 << ps
     small = {}
     heads = {}
     for b in model.live.values():
-        p = b.off // L.PAGE
+        p = b.off >> ps
         if b.small:
             c = L.size_class(b.size)
-            small.setdefault(p, (c, set()))[1].add((b.off % L.PAGE) // L.class_size(c))
+            small.setdefault(p, (c, set()))[1].add((b.off % page) // L.class_size(c))
         else:
-            heads[p] = L.pages_for(b.size)
+            heads[p] = L.pages_for(b.size, ps)
     tails = {q for p, k in heads.items() for q in range(p + 1, p + k)}
     held = 0
     for p in range(npages):
@@ -587,7 +611,7 @@ def check_quiescent(words, npages, model, pages_used_max):
             raise Fault("empty slab retired", f"{where}: still retiring")
         elif t == _TAG_BUMP:
             current = L.bump_page(words[L.H_BUMP]) == p
-            if not current and not any(p <= b.off // L.PAGE < p + n for b in model.bumped.values()):
+            if not current and not any(p <= b.off >> ps < p + n for b in model.bumped.values()):
                 raise Fault("head iff live", f"{where}: a bump chunk that is not the "
                             "current one and holds no bump block of the history")
             tails.update(range(p + 1, p + n))
@@ -597,7 +621,7 @@ def check_quiescent(words, npages, model, pages_used_max):
             raise Fault("head iff live", f"{where}: a live large block covers it")
     bump = words[L.H_BUMP]
     if bump and (L.state_tag(words[L.STATE_BASE + L.bump_page(bump)]) != _TAG_BUMP
-                 or L.bump_cursor(bump) > L.bump_chunk_pages(npages) * L.PAGE):
+                 or L.bump_cursor(bump) > L.bump_chunk_pages(npages) * page):
         raise Fault("bump word", f"H_BUMP names page {L.bump_page(bump)} "
                     f"({describe_state(words[L.STATE_BASE + L.bump_page(bump)])}), "
                     f"cursor {L.bump_cursor(bump)}")
@@ -617,7 +641,7 @@ def check_quiescent(words, npages, model, pages_used_max):
         diff = ", ".join(f"{k} {g} != {w}" for k, g, w in zip(names, got, want) if g != w)
         raise Fault("counters", f"usage() disagrees with the history: {diff} "
                     "(metadata != model)")
-    if u.reserved != held * L.PAGE:
+    if u.reserved != held * page:
         raise Fault("counters", f"reserved = {u.reserved}, pages held = {held}")
     check_index(words, npages, model, exact=True)
 
@@ -653,6 +677,6 @@ def check_drained(words, npages):
         raise Fault("nothing lost", f"the free-page index is {free} after every block "
                     "was freed, not every page")
     u = usage_from_meta(np.array(words, np.int64), npages)
-    if ((u.in_use, u.reserved, u.live_blocks) != (0, bump_pages * L.PAGE, 0)
+    if ((u.in_use, u.reserved, u.live_blocks) != (0, bump_pages << page_shift(words), 0)
             or u.allocs != u.frees):
         raise Fault("nothing lost", f"usage after every block was freed: {u}")

@@ -142,21 +142,31 @@ class Scenario:
     #: pairs, e.g. ("SLAB_TRIES", 1): a contended slab passed over after one
     #: lost ``cas``, which two threads reach in a few steps.
     constants: tuple = ()
+    #: The heap's page shift (pages of 2**page_shift bytes, ``Heap(page=)``):
+    #: its metadata is laid out for it, and the device code reads it from
+    #: the metadata's length as on a GPU.
+    page_shift: int = L.PAGE_SHIFT
 
     def __post_init__(self):
+        if not L.PAGE_SHIFT_MIN <= self.page_shift <= L.PAGE_SHIFT:
+            raise ValueError(f"scenario {self.name}: page_shift {self.page_shift} is not "
+                             f"in [{L.PAGE_SHIFT_MIN}, {L.PAGE_SHIFT}]")
         for k, t in enumerate(self.threads):
-            _check_program(f"{self.name} T{k}", t.ops)
+            _check_program(f"{self.name} T{k}", t.ops, self.page_shift)
 
     def describe(self):
-        lines = [f"scenario {self.name}: {self.npages} page(s), blockDim.x = {self.block_dim}"]
+        page = "" if self.page_shift == L.PAGE_SHIFT else f" of {1 << self.page_shift} bytes"
+        lines = [f"scenario {self.name}: {self.npages} page(s){page}, "
+                 f"blockDim.x = {self.block_dim}"]
         for k, t in enumerate(self.threads):
             ops = ", ".join(op_str(op) for op in t.ops)
             lines.append(f"  T{k} (block {t.block}, thread {t.thread}): {ops}")
         return "\n".join(lines)
 
 
-def _check_program(who, ops):
-    """Refuse programs whose checks would be meaningless (see ThreadSpec)."""
+def _check_program(who, ops, ps=L.PAGE_SHIFT):
+    """Refuse programs whose checks would be meaningless (see ThreadSpec);
+    small sizes are those of pages of ``2**ps`` bytes."""
     allocs = []  # size of each allocation, by number
     written, freed = set(), set()
     bumps = set()
@@ -170,11 +180,11 @@ def _check_program(who, ops):
             allocs.append(op[1])
             continue
         if kind == "scope":
-            if not op[1] or any(not 0 < n <= L.MAX_SMALL for n in op[1]):
+            if not op[1] or any(not 0 < n <= L.max_small(ps) for n in op[1]):
                 raise ValueError(f"{who}: {op_str(op)}: one or more small sizes")
             continue
         if kind == "alloc_group":
-            if not (0 < op[1] <= L.MAX_SMALL and 2 <= op[2] <= 32):
+            if not (0 < op[1] <= L.max_small(ps) and 2 <= op[2] <= 32):
                 raise ValueError(f"{who}: {op_str(op)}: groups are 2-32 lanes, small blocks")
             allocs += [op[1]] * op[2]
             continue
@@ -612,7 +622,7 @@ class FakeApi:
         t = _tls.thread
         n = int(nbytes)
         t.machine._ask(t, n, 0)
-        t.events.append(("start", "alloc", (), 1, pages_moved(n)))
+        t.events.append(("start", "alloc", (), 1, pages_moved(n, t.machine.ps)))
         t.touched = False
         off = int(self._api.alloc(ctx, nbytes))
         t.machine._answered(t, [off], f"realloc's alloc({n})")
@@ -643,6 +653,7 @@ class Machine:
 
         self.scenario = scenario
         self.npages = scenario.npages
+        self.ps = scenario.page_shift  # pages of 2**ps bytes
         self.alloc = core.alloc  # the py_funcs, once installed
         self.free = core.free
         bump_mod = sys.modules[f"{core.__package__}.bumpalloc"]
@@ -699,7 +710,7 @@ class Machine:
             t.hist = hash(("op", k, tuple(t.offs)))
             if kind == "alloc":
                 self._ask(t, op[1], 0)
-                t.events.append(("start", "alloc", (), 1, pages_moved(op[1])))
+                t.events.append(("start", "alloc", (), 1, pages_moved(op[1], self.ps)))
                 off = int(self.alloc(ctx, op[1]))
                 self._answered(t, [off], f"alloc({op[1]})")
                 t.events.append(("alloc", len(t.offs), op[1], off))
@@ -726,7 +737,7 @@ class Machine:
             elif kind == "free_group":
                 blocks = [(t.offs[i], self._alloc_size(t, i)) for i in op[1]
                           if t.offs[i] != L.NULL]  # free(NULL): no group, nothing
-                for lanes in groups.word_groups(blocks):
+                for lanes in groups.word_groups(blocks, self.ps):
                     # Each word's group is an operation of its own: its
                     # blocks leave the live set at its own first access.
                     t.touched = False
@@ -860,11 +871,11 @@ class Machine:
     # --------------------------------------------------- scheduler side
     def reset(self):
         """Start a fresh run: zeroed heap, every thread at its first point."""
-        self.meta = SharedMeta(self, L.meta_words(self.npages))
+        self.meta = SharedMeta(self, L.meta_words(self.npages, self.ps))
         preset = self.scenario.preset_count
         for p in range(self.npages):
             self.meta.words[L.STATE_BASE + p] = L.pack_state(L.TAG_FREE, 0, preset)
-        at = L.free_tree(self.npages)  # every page free, as Heap sets it
+        at = L.free_tree(self.npages, self.ps)  # every page free, as Heap sets it
         self.meta.words[L.H_SPREAD_MAX] = self.scenario.spread_max
         for c in range(L.NCLASSES):
             self.meta.words[L.spread_word(c)] = self.scenario.preset_spread
@@ -876,9 +887,9 @@ class Machine:
             self._outside0 = self.meta.outside
         self.meta.digest = self._digest0
         self.meta.outside = self._outside0
-        self.arena = np.zeros(self.npages * L.PAGE, np.uint8)
+        self.arena = np.zeros(self.npages << self.ps, np.uint8)
         self.ctx = self._Ctx(self.arena, self.meta)
-        self.model = Model(self.npages, base=preset * self.npages)
+        self.model = Model(self.npages, base=preset * self.npages, ps=self.ps)
         self._room = {}  # (size, tid, own) -> room.could_serve, until the model changes
         self.trace = []
         self.choices = []
@@ -966,7 +977,7 @@ class Machine:
             check_drained(self.meta.words, self.npages)
             if self.meta.words[L.H_BUMP] or self.model.bumped:
                 return  # bump chunks stay until reset: the arena is not whole
-            whole = self.npages * L.PAGE
+            whole = self.npages << self.ps
             off = self.alloc(self.ctx, whole)
             if off != 0:
                 raise Fault("nothing lost", f"alloc({whole}), the whole arena, returned "
@@ -1001,7 +1012,7 @@ class Machine:
                 lines.append(f"{step:5d}  T{tid}   {op:<20} {'(program)':<28} "
                              f"{kind} arena[{i}:{i + a}]")
                 continue
-            name = word_name(i, self.npages)
+            name = word_name(i, self.npages, self.ps)
             if kind == "load":
                 acc = f"load  {name} -> {old:#x}"
             elif kind == "store":

@@ -36,14 +36,15 @@ def allowance(model, me, own=0):
 def page_use(model):
     """Return {page: [spans of its small live blocks] or None (a large block's page)}."""
     use = {}
+    ps = model.ps
     for b in list(model.live.values()) + list(model.bumped.values()):
-        first = b.off // L.PAGE
+        first = b.off >> ps
         if b.small:
             spans = use.setdefault(first, [])
             if spans is not None:
                 spans.append(b.span)
         else:
-            for p in range(first, (b.off + b.span - 1) // L.PAGE + 1):
+            for p in range(first, ((b.off + b.span - 1) >> ps) + 1):
                 use[p] = None
     return use
 
@@ -57,14 +58,15 @@ def could_serve(model, size, me, own=0):
     a = allowance(model, me, own)
     use = page_use(model)
     npages = model.npages
-    if size <= L.MAX_SMALL:
+    ps = model.ps
+    if size <= L.max_small(ps):
         cs = L.class_size(L.size_class(size))
-        cap = L.class_blocks(L.size_class(size))
+        cap = L.class_blocks(L.size_class(size), ps)
         cand = sum(1 for p in range(npages) if p not in use)
         cand += sum(1 for spans in use.values()
                     if spans is not None and len(spans) < cap and all(s == cs for s in spans))
         return cand > a
-    k = L.pages_for(size)
+    k = L.pages_for(size, ps)
     run = best = 0
     for p in range(npages):
         run = run + 1 if p not in use else 0

@@ -22,6 +22,9 @@ every scenario; ``large_one_run`` (no allocation may fail),
 ``slab_vs_large_one_page`` and ``index_two_words`` (index words with a count
 above them) aim at it; ``spread_widen`` at the adaptive spread.
 
+:func:`at_page` gives any scenario on smaller pages (``Heap(page=)``), its
+sizes scaled to the page; tests/test_explorer.py explores them at 1 KiB.
+
 :func:`bounds` reads ``DEVALLOC_EXPLORE_DEEP``: unset or ``0`` gives the CI
 bounds, anything else the deep ones (an hour of CPU rather than a minute).
 """
@@ -296,8 +299,49 @@ def exhaustive(deep=None):
 
 
 def by_name(name):
-    """Return the scenario called ``name``."""
+    """Return the scenario called ``name``; ``name@page`` is it on pages of
+    ``page`` bytes (:func:`at_page`), as its reports name it."""
+    if "@" in name:
+        base, _, page = name.partition("@")
+        if not page.isdigit() or int(page) not in [1 << ps for ps in range(
+                L.PAGE_SHIFT_MIN, L.PAGE_SHIFT + 1)]:
+            raise KeyError(f"{name}: the page must be a power of two from {L.PAGE_MIN} "
+                           f"to {L.PAGE} bytes")
+        return at_page(by_name(base), L.floor_log2(int(page)))
     for sc in EXHAUSTIVE + EXHAUSTIVE_DEEP + PCT:
         if sc.name == name:
             return sc
     raise KeyError(name)
+
+
+def _scale_size(n, ps):
+    # Sizes from 1 KiB up scale with the page (4096 in 16 KiB pages is 256
+    # in 1 KiB pages: a quarter of a slab's page either way; 20000, two
+    # pages, is 1250); smaller ones are kept (their classes still fit).
+    return n >> (L.PAGE_SHIFT - ps) if n >= L.PAGE_MIN else n
+
+
+def _scale_op(op, ps):
+    kind = op[0]
+    if kind in ("alloc", "bump", "alloc_group"):
+        return (kind, _scale_size(op[1], ps)) + tuple(op[2:])
+    if kind == "scope":
+        return (kind, tuple(_scale_size(n, ps) for n in op[1]))
+    if kind == "realloc":
+        return (kind, op[1], _scale_size(op[2], ps))
+    return op
+
+
+def at_page(sc, ps):
+    """Return scenario ``sc`` on pages of ``2**ps`` bytes (``Heap(page=)``).
+
+    Named ``name@page``; its sizes scaled to the page (:func:`_scale_size`),
+    so that blocks take the same share of a slab or the same pages as in
+    the default page, and the explored code reads the page shift from the
+    metadata's length as it does on a GPU.
+    """
+    threads = tuple(ThreadSpec(t.block, t.thread, tuple(_scale_op(op, ps) for op in t.ops))
+                    for t in sc.threads)
+    return Scenario(f"{sc.name}@{1 << ps}", sc.npages, threads, sc.block_dim,
+                    sc.preset_count, sc.no_nulls, sc.spread_max, sc.preset_spread,
+                    sc.constants, page_shift=ps)

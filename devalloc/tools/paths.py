@@ -368,7 +368,7 @@ PATHS = {
             At(_C, "return _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof)"),
             At(_S, "first = uint32(_lo32(s >> L.CURSOR_SHIFT)"),
             At(_S, "return L.bump_grant(p, int64(first), int64(got))"),
-            At(_S, "return _grant_offset(g, uint32(0), c)"),
+            At(_S, "return _grant_offset(g, uint32(0), c, _pshift(meta))"),
         )),
     "alloc_reuse": PathSpec(
         "alloc", "alloc(ctx, 64) by one lane, from the hinted slab's freed blocks (all bumped)", (
@@ -379,13 +379,13 @@ PATHS = {
             At(_S, "return L.reuse_grant(p, int64(w), int64(pick))"),
             At(_S, "mine = _lo32(_take_bits("),
             At(_S, "return (g & ~L.WORD_MASK) | int64(mine)"),
-            At(_S, "return _grant_offset(g, uint32(0), c)"),
+            At(_S, "return _grant_offset(g, uint32(0), c, _pshift(meta))"),
         )),
     "free_lone": PathSpec(
         "free", "free of a live block by one lane; its slab keeps other live blocks", (
             At(_C, "s = _load(meta, _at(L.state_word(p)))"),
             At(_C, "ok = _free_small(meta, npages, p, s, rel, _prof_of(ctx))"),
-            At(_S, "widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))"),
+            At(_S, "widx = _bitmap_word(meta, npages, p, int64(b >> L.WORD_SHIFT))"),
             At(_S, "old = _release_or(meta, _at(widx), int64(bits))"),
             At(_S, "_release_slots(meta, npages, p, freed, False, c, prof)"),
             At(_S, "if old & bit or dup:"),
@@ -395,7 +395,7 @@ PATHS = {
         "path, which the warp issues); the slab keeps other live blocks", (
             At(_C, "s = _load(meta, _at(L.state_word(p)))"),
             At(_C, "ok = _free_small(meta, npages, p, s, rel, _prof_of(ctx))"),
-            At(_S, "widx = L.bitmap_word(npages, p, int64(b >> L.WORD_SHIFT))"),
+            At(_S, "widx = _bitmap_word(meta, npages, p, int64(b >> L.WORD_SHIFT))"),
             At(_S, "bits, dup = warp.merge_bits(mask, bit)"),
             At(_S, "old = _release_or(meta, _at(widx), int64(bits))"),
             At(_S, "_release_slots(meta, npages, p, freed, False, c, prof)"),
@@ -405,7 +405,7 @@ PATHS = {
     "bump": PathSpec(
         "bump", "bump(ctx, n) by one lane, from the current chunk", (
             At(_B, "base = _claim_fast(meta, npages, size * lanes, lanes, _prof_of(ctx))"),
-            At(_B, "return cursor + (page << L.PAGE_SHIFT)"),
+            At(_B, "return cursor + (page << _pshift(meta))"),
             At(_B, "off = base + rank * size"),
         )),
     "scoped": PathSpec(

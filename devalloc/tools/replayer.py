@@ -92,11 +92,13 @@ def plan(events):
     return op, ref, slot, max(1, len(slots))
 
 
-def replay(events, capacity, *, debug=False, stream=0):
+def replay(events, capacity, *, debug=False, stream=0, page=None):
     """Replay ``events`` on a fresh heap of ``capacity`` bytes; return its ``Usage``.
 
     ``events``: a trace (``heap.trace()``, :func:`devalloc.host.observed.read_csv`)
-    or the path of a CSV trace. ``debug=True`` replays on a debug heap and
+    or the path of a CSV trace. ``page``: the heap's page (``Heap(page=)``;
+    to see the same blocks as the traced heap, its ``heap.page``).
+    ``debug=True`` replays on a debug heap and
     raises :class:`devalloc.HeapCorruption` for what it finds beyond the
     trace's own invalid frees. A
     trace with dropped events is replayed as far as it goes, with a warning.
@@ -112,7 +114,7 @@ def replay(events, capacity, *, debug=False, stream=0):
         warnings.warn(f"the trace dropped {dropped} event(s) past its room: the replay "
                       "stops where the trace does", stacklevel=2)
     op, ref, slot, nslots = plan(events)
-    with devalloc.Heap(capacity, debug=debug, stream=stream) as heap:
+    with devalloc.Heap(capacity, debug=debug, stream=stream, page=page) as heap:
         if len(events):
             args = [cuda.to_device(a) for a in (
                 op, events["nbytes"].astype(np.int64), events["offset"].astype(np.int64), ref, slot,

@@ -1,0 +1,48 @@
+"""A heap's metadata array, typed with the heap's page.
+
+``Heap(page=)`` chooses the page per heap. The heap's ``ctx`` carries it in
+the Numba type of its metadata array (:class:`devalloc.ctx.PagedMeta`), so
+that kernels compile with the page as a constant; this module makes that
+array: numba-cuda's device array with a ``_numba_type_`` of its own.
+"""
+
+import functools
+
+from numba import config
+
+from .. import layout as L
+
+
+def paged_meta(meta, ps):
+    """Return the metadata array ``meta`` typed with its heap's page (:class:`ctx.PagedMeta`).
+
+    Kernels given the heap's ``ctx`` then compile with the page as a
+    constant (devalloc.device._meta._pshift). The same device memory, no
+    copy. On the simulator, which does not type arguments, ``meta`` itself
+    (the device code reads the page from the length there).
+    """
+    if config.ENABLE_CUDASIM:
+        return meta
+    paged = paged_array_class()(meta.shape, meta.strides, meta.dtype, stream=meta.stream,
+                                 gpu_data=meta.gpu_data)
+    paged.page_shift = ps
+    return paged
+
+
+@functools.lru_cache(maxsize=None)
+def paged_array_class():
+    """The device-array class of a heap's metadata (made on first use: numba-cuda's class)."""
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    from ..ctx import PagedMeta
+
+    class PagedMetaArray(DeviceNDArray):
+        """A heap's metadata on the device; its Numba type names the page."""
+
+        page_shift = L.PAGE_SHIFT
+
+        @property
+        def _numba_type_(self):
+            return PagedMeta(self.page_shift)
+
+    return PagedMetaArray
