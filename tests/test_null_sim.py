@@ -170,12 +170,17 @@ def test_null_rate_bench_prints_json_with_its_counts():
 
     script = Path(__file__).resolve().parents[1] / "bench" / "null_rate.py"
     proc = subprocess.run([sys.executable, str(script), "--threads", "16", "--steps", "6",
-                           "--seeds", "1", "--uses", "0.25", "0.99", "--label", "t"],
+                           "--seeds", "1", "--uses", "0.25", "0.99", "1.0", "--label", "t"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
-    quarter, full = out["by_use"]["0.25"], out["by_use"]["0.99"]
-    assert out["label"] == "t" and quarter["allocs"] == full["allocs"] == 96
-    assert quarter["nulls"] == 0 and full["nulls"] > 0
-    assert full["failed_full"] == full["nulls"] == full["failed_no_page"]
+    quarter, most, full = (out["by_use"][u] for u in ("0.25", "0.99", "1.0"))
+    assert out["label"] == "t" and quarter["allocs"] == most["allocs"] == full["allocs"] == 96
+    # A quarter used: room for every request. Every page taken: no request
+    # can be served, whatever the interleaving. At 99 % some usually fail
+    # (5 free pages, many classes), but how many depends on the interleaving
+    # (none in a rare one): only that each NULL was proved is asserted there.
+    assert quarter["nulls"] == 0 and full["nulls"] == 96
+    for r in (most, full):
+        assert r["failed_full"] == r["nulls"] == r["failed_no_page"]
     assert all(r["separated"] and r["bad"] == 0 for r in out["runs"])
