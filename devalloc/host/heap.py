@@ -147,14 +147,15 @@ class Heap(Reading, Running):
         ``memory=``: the bytes of the buffer the heap uses, metadata
         included (the whole buffer by default).
     :param page: the page size in bytes: a power of two from 1 KiB to
-        16 KiB (default: 16 KiB), or ``"auto"`` (capacity / 256, within
+        16 KiB (default: 16 KiB), or ``"auto"`` (capacity / 1024, within
         those bounds). Slabs and large blocks take whole pages, and each
         size class in use holds at least one slab, so a light workload in
         small pages holds far less memory (bench/RESULTS.md, "Heap vs
         count + scan"); requests above half a page take whole pages, and
-        ``alloc_aligned`` aligns to at most one page. Kernels compiled for
-        one page size serve every other: the device reads the page from
-        the heap (``heap.page``).
+        ``alloc_aligned`` aligns to at most one page. The page is part of
+        ``heap.ctx``'s Numba type (:class:`devalloc.ctx.PagedMeta`): a
+        kernel compiles with it as a constant, once per page size it meets
+        (``heap.page`` says which).
     :param stream: the stream the heap's own work (zeroing, ``reset``,
         ``usage``) is ordered on; 0 is the default stream.
     :param memory: a device buffer exposing ``__cuda_array_interface__`` to
