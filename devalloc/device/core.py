@@ -93,11 +93,17 @@ def free(ctx, off):
     :returns: 1 if a block was freed (or ``off`` is NULL), 0 for an invalid
         free (the observed heaps' trace tells them apart).
     """
-    meta = ctx.meta
     o = int64(off)
     if o == L.NULL:
         warp.join_alone()  # free: no group (simulator: joins the rendezvous)
         return 1
+    return _free_live(ctx, o)
+
+
+@cuda.jit(device=True)
+def _free_live(ctx, o):
+    """``free`` of an offset that is not NULL: 1, or 0 for an invalid free."""
+    meta = ctx.meta
     npages = _npages(ctx)
     ps = _pshift(meta)
     ok = 0
@@ -127,4 +133,16 @@ def free(ctx, off):
 #: :mod:`devalloc.device.outline` enabled, one out-of-line copy of each per
 #: kernel that every call site calls.
 alloc_site = outline(alloc)
-free_site = outline(free)
+_free_live_out = outline(_free_live)
+
+if outline(free) is free:
+    free_site = free
+else:
+    @cuda.jit(device=True)
+    def free_site(ctx, off):
+        """``free`` with its NULL test inline, the rest out of line."""
+        o = int64(off)
+        if o == L.NULL:
+            warp.join_alone()
+            return 1
+        return _free_live_out(ctx, o)

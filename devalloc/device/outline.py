@@ -55,13 +55,24 @@ else:
         types_ = "_".join(re.sub(r"\W+", "", str(t)) for t in sig.args)
         return f"devalloc_{where}_{pyfunc.__name__}_{types_}"
 
+    def _global(ptrty):
+        # The global-space (addrspace 1) pointer type to what ptrty points to.
+        return ir.PointerType(ptrty.pointee, 1)
+
     def _flatten(context, builder, ty, val):
         # The scalars that carry value val of type ty across the call: an
         # array's data pointer, shape and strides (not its meminfo and
         # parent, unused on a device); a tuple's members'; nothing for None.
         if isinstance(ty, types.Array):
             a = context.make_array(ty)(context, builder, val)
-            return ([a.data] + cgutils.unpack_tuple(builder, a.shape, ty.ndim)
+            # Its data pointer crosses as a global-space pointer: every
+            # array that crosses is one of the heap's (device allocations).
+            # As a generic one, each numba atomic in the body would test
+            # the space at run time (QSPC, a shared-memory CAS loop
+            # beside the global atomic), as NVVM knows only for a kernel's
+            # own parameters that they point to global memory.
+            return ([builder.addrspacecast(a.data, _global(a.data.type))]
+                    + cgutils.unpack_tuple(builder, a.shape, ty.ndim)
                     + cgutils.unpack_tuple(builder, a.strides, ty.ndim))
         if isinstance(ty, types.BaseTuple):
             return [v for i, t in enumerate(ty)
@@ -74,7 +85,8 @@ else:
         # The inverse of _flatten, taking from the iterator vals.
         if isinstance(ty, types.Array):
             a = context.make_array(ty)(context, builder)
-            data = next(vals)
+            g = next(vals)  # global space (_flatten): generic, as Numba's arrays hold
+            data = builder.addrspacecast(g, ir.PointerType(g.type.pointee))
             shape = [next(vals) for _ in range(ty.ndim)]
             strides = [next(vals) for _ in range(ty.ndim)]
             context.populate_array(
