@@ -75,32 +75,6 @@ def alloc(ctx, nbytes):
 
 
 @cuda.jit(device=True)
-def free(ctx, off):
-    """Return the block at offset ``off`` to the heap.
-
-    Any thread may call, in divergent code too. ``free(ctx, NULL)`` does
-    nothing. An offset that is not a live block (double free, inside a
-    block, outside the heap) changes nothing and is counted in
-    ``invalid_frees``.
-
-    Atomics: for small blocks one ``or`` on the bitmap word and one ``add``
-    on the page state word (both release) per group of lanes of a warp
-    freeing blocks of the same bitmap word (a lone lane is a group of one),
-    plus the retire (a ``cas``, an ``exch`` and the pages-used ``add``) when
-    the slab empties; for a large block a release fence, one ``cas`` on its
-    head page, one ``and`` per tail page and the pages-used ``add``.
-
-    :returns: 1 if a block was freed (or ``off`` is NULL), 0 for an invalid
-        free (the observed heaps' trace tells them apart).
-    """
-    o = int64(off)
-    if o == L.NULL:
-        warp.join_alone()  # free: no group (simulator: joins the rendezvous)
-        return 1
-    return _free_live(ctx, o)
-
-
-@cuda.jit(device=True)
 def _free_live(ctx, o):
     """``free`` of an offset that is not NULL: 1, or 0 for an invalid free."""
     meta = ctx.meta
@@ -128,21 +102,42 @@ def _free_live(ctx, o):
     return ok
 
 
-#: What the public dispatchers call (:mod:`devalloc.device.api`; the debug and
-#: observed paths too): ``alloc`` and ``free`` themselves, or, with
-#: :mod:`devalloc.device.outline` enabled, one out-of-line copy of each per
-#: kernel that every call site calls.
-alloc_site = outline(alloc)
-_free_live_out = outline(_free_live)
+#: The body of ``free`` past its NULL test: ``_free_live`` itself, or, with
+#: :mod:`devalloc.device.outline` enabled, one out-of-line copy per kernel
+#: (the NULL test stays inline at each site: a free of NULL calls nothing).
+_free_live_site = outline(_free_live)
 
-if outline(free) is free:
-    free_site = free
-else:
-    @cuda.jit(device=True)
-    def free_site(ctx, off):
-        """``free`` with its NULL test inline, the rest out of line."""
-        o = int64(off)
-        if o == L.NULL:
-            warp.join_alone()
-            return 1
-        return _free_live_out(ctx, o)
+
+@cuda.jit(device=True)
+def free(ctx, off):
+    """Return the block at offset ``off`` to the heap.
+
+    Any thread may call, in divergent code too. ``free(ctx, NULL)`` does
+    nothing. An offset that is not a live block (double free, inside a
+    block, outside the heap) changes nothing and is counted in
+    ``invalid_frees``.
+
+    Atomics: for small blocks one ``or`` on the bitmap word and one ``add``
+    on the page state word (both release) per group of lanes of a warp
+    freeing blocks of the same bitmap word (a lone lane is a group of one),
+    plus the retire (a ``cas``, an ``exch`` and the pages-used ``add``) when
+    the slab empties; for a large block a release fence, one ``cas`` on its
+    head page, one ``and`` per tail page and the pages-used ``add``.
+
+    :returns: 1 if a block was freed (or ``off`` is NULL), 0 for an invalid
+        free (the observed heaps' trace tells them apart).
+    """
+    o = int64(off)
+    if o == L.NULL:
+        warp.join_alone()  # free: no group (simulator: joins the rendezvous)
+        return 1
+    return _free_live_site(ctx, o)  # one copy per kernel when outlined
+
+
+#: What the public dispatchers call (:mod:`devalloc.device.api`; the debug and
+#: observed paths too): ``alloc`` itself, or, with
+#: :mod:`devalloc.device.outline` enabled, one out-of-line copy per kernel
+#: that every call site calls; ``free`` (whose body past the NULL test is
+#: outlined in that mode).
+alloc_site = outline(alloc)
+free_site = free
