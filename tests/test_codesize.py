@@ -68,18 +68,23 @@ def test_outline_is_the_function_itself_on_the_simulator():
     assert core.free_site is core.free and core.alloc_site is core.alloc
 
 
-#: Reached with DEVALLOC_OUTLINE=1 (numba-cuda 0.30, CUDA 13 tools, sm_90):
-#: SASS per extra site alloc 109, free 2, view 125, bump 245 (173 before its
-#: first try on the chunk was inline), scoped 336 (432 before its spare
-#: chunk's case went out of line with the new chunk, scope._next_chunk);
-#: registers (1/2/4 sites) alloc 43/50/53, free 32/34/34, view 54/53/53,
-#: bump 52/55/61, scoped 58/74/78 (was 64/75/84). The issue's site limits
-#: (400 for alloc and what builds on it, 150 for free) hold; its register
-#: limits (<= 36 for one site, <= 44 for four) do not: the out-of-line
-#: bodies need more registers than inlined ones, and the values a kernel
-#: keeps live across a call add to them (docs/outline.md).
+#: Reached with DEVALLOC_OUTLINE=1 (numba-cuda 0.30, CUDA 13.5 tools, sm_90),
+#: since arrays cross the call as global-space pointers and free's NULL
+#: test is inline: SASS per extra site alloc 85, free 37, view 122, bump
+#: 266, scoped 320; registers (1/2/4 sites) alloc 44/48/54, free 30/32/32,
+#: view 52/54/54, bump 51/64/64 (52/54/62 before: the smaller body let ptxas
+#: keep more live), scoped 60/70/79. The issue's site limits (400 for alloc
+#: and what builds on it, 150 for free) hold; its register limits (<= 36
+#: for one site, <= 44 for four) do not: the values a kernel keeps live
+#: across a call add to the out-of-line body's (docs/outline.md).
 OUTLINED_SITE = {"alloc": 400, "free": 150, "view": 400, "bump": 400, "scoped": 400}
-OUTLINED_REGISTERS = {"alloc": 56, "free": 36, "view": 56, "bump": 62, "scoped": 82}
+OUTLINED_REGISTERS = {"alloc": 56, "free": 34, "view": 56, "bump": 66, "scoped": 82}
+#: One site out of line is no bigger than inline (3,752 and 768 SASS): 3,560
+#: and 720 measured. With the heap's arrays crossing as generic pointers it
+#: was 5,432 and 1,280: every numba atomic in the body tested the address
+#: space at run time (QSPC and a shared-memory CAS loop beside the global
+#: atomic).
+OUTLINED_ONE_SITE = {"alloc": 3752, "free": 768}
 
 
 @pytest.mark.slow
@@ -92,10 +97,14 @@ def test_an_extra_call_site_is_a_call_when_outlined():
             assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, (op, k, r)
             assert r["calls"] >= int(k), (op, k, r)  # every site calls
             assert r["registers"] <= OUTLINED_REGISTERS[op], (op, k, r)
+    for op, inline in OUTLINED_ONE_SITE.items():
+        assert got[op]["sites"]["1"]["sass_instructions"] <= inline, (op, got[op])
     for op in ("alloc", "free", "view"):
-        # Registers do not grow with the sites beyond the shared body's.
+        # Registers grow with the sites only by what the kernel keeps live
+        # across the later calls: four sites hold two more 64-bit results than
+        # two (4 registers; measured alloc 48 -> 54, free and view +0).
         e = got[op]
-        assert e["sites"]["4"]["registers"] <= e["sites"]["2"]["registers"] + 3, (op, e)
+        assert e["sites"]["4"]["registers"] <= e["sites"]["2"]["registers"] + 6, (op, e)
 
 
 #: The default (inline) mode, measured: per extra site alloc 3701, free 797;
@@ -134,14 +143,15 @@ def test_frames_from_the_ptx_walk_the_inline_paths_as_nvdisasm_does():
 
 
 #: The walked paths (SASS instructions executed, sm_90) with DEVALLOC_OUTLINE=1,
-#: measured (numba-cuda 0.30, CUDA 13 tools): the call's argument moves, CALL,
-#: RET and the callee's path. Inline (this walker alone): 165, 251, 120, 141,
-#: 127, 139. Within issue 28's 10 % for alloc (+4 %), bump (its first try is
-#: inline: -2 %) and scoped (its current chunk's case is inline and calls
-#: nothing), not for free (+17 %, +15 %): one reason outlining stays opt-in
-#: (docs/outline.md).
-OUTLINED_PATHS = {"alloc_fresh_slab": 172, "alloc_reuse": 260, "free_lone": 140,
-                  "free_warp32": 162, "bump": 124, "scoped": 128}
+#: measured (numba-cuda 0.30, CUDA 13.5 tools): the call's argument moves,
+#: CALL, RET and the callee's path. Inline (this walker alone): 164, 250,
+#: 120, 141, 127, 139. All within issue 28's 10 %: alloc +5.5 % and +3.6 %,
+#: free +10.0 % and +9.2 % (its NULL test inline, the body called: it was
+#: +17 % and +15 % with the whole of free out of line), bump (its first try is
+#: inline) -4 %, scoped (its current chunk's case is inline and calls
+#: nothing) -9 % (docs/outline.md).
+OUTLINED_PATHS = {"alloc_fresh_slab": 173, "alloc_reuse": 259, "free_lone": 132,
+                  "free_warp32": 154, "bump": 122, "scoped": 126}
 
 
 @pytest.mark.slow

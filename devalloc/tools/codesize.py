@@ -5,10 +5,10 @@ capability (no GPU needed) for k = 1, 2 and 4, with per-thread sizes and
 offsets so that nothing folds; each is assembled with ``ptxas -v`` and
 disassembled (:func:`devalloc.tools.aot.assemble`). :func:`measure` returns, per
 operation, the rows (SASS instructions, registers, spills, stack frame,
-compile seconds: Numba + NVVM, then ptxas) and the cost of an extra site:
+compile CPU seconds: Numba + NVVM, then ptxas) and the cost of an extra site:
 ``(sass(k_max) - sass(1)) / (k_max - 1)``. ``python -m devalloc.probes
---code-size --json`` prints it under ``"code_size"``. Compile seconds are
-wall-clock (reported, never asserted); the rest is deterministic for a
+--code-size --json`` prints it under ``"code_size"``. Compile seconds are CPU
+seconds, not wall-clock (reported, never asserted); the rest is deterministic for a
 given toolchain.
 
 GPU compilation only: run with ``NUMBA_ENABLE_CUDASIM`` unset, like
@@ -165,16 +165,17 @@ def _compile(fn, sig, cc, timing):
     # Numba + NVVM, then ptxas (and nvdisasm, outside the timing). No PTX
     # cache: the time is the point. Compiled twice, the second one timed:
     # the first also types and compiles the library's device functions,
-    # once per process, whichever kernel comes first.
+    # once per process, whichever kernel comes first. CPU seconds (NVVM runs
+    # in this process), so that a loaded machine does not move the ratio.
     from .. import _load
 
     _load()
     with aot.assume_device(cc):
         if timing:
             cuda.compile_ptx(fn, sig, cc=tuple(cc))
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         ptx, _ = cuda.compile_ptx(fn, sig, cc=tuple(cc))
-        numba_s = time.perf_counter() - t0
+        numba_s = time.process_time() - t0
     return ptx, aot.assemble(ptx, cc), numba_s, aot.ptxas_seconds(ptx, cc) if timing else 0.0
 
 

@@ -228,7 +228,7 @@ def main(argv=None):
         print(result["traps"])
     if a.code_size:
         print(f"\nPer call site ({ccs[0][0]}{ccs[0][1]}; sites: SASS instructions/registers/stack "
-              f"bytes, compile seconds):")
+              f"bytes, compile CPU seconds):")
         for op, e in result["code_size"].items():
             sites = "  ".join(f"{k}: {r['sass_instructions']}/{r['registers']}/{r['stack_bytes']} "
                               f"{r['numba_seconds'] + r['ptxas_seconds']:.2f}s"
