@@ -109,3 +109,41 @@ def test_gather_kernels_compile_without_spills(figures, kernel):
     r = figures[(f"gather_{kernel}", "normal")]
     assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0 and r["sass_membar_sc"] == 0, r
     assert 0 < r["registers"] <= 40, r
+
+
+OLD_NUMBA_CUDA = """
+import numpy as np
+from numba import cuda, types
+import devalloc
+from devalloc import ctx_type
+from devalloc.sim import compat
+from devalloc.tools import aot
+
+compat.numba_cuda_version = lambda: (0, 27)  # what an older release would say
+
+def k(ctx, n, out):
+    a = devalloc.view(ctx, out[0], n, np.float32)
+    a[0] = 1.0
+
+try:
+    aot.compile_ptx(k, (ctx_type, types.int64, types.int64[::1]), cc=(9, 0))
+except Exception as e:
+    print(str(e))
+else:
+    print("compiled")
+"""
+
+
+@pytest.mark.slow
+def test_an_array_returning_call_says_which_numba_cuda_it_needs():
+    # numba-cuda 0.26 and 0.27 check an inline="always" function's return
+    # on its own and reject view/array/carve with "Only accept returning of
+    # array passed into the function as argument" (seen with 0.26.0 and
+    # 0.27.0 on numba 0.65.1); devalloc says what to install instead.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, "-c", OLD_NUMBA_CUDA], capture_output=True,
+                          text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = proc.stdout
+    assert "devalloc.view returns an array, which needs numba-cuda >= 0.28" in out, out[-2000:]
+    assert "numba-cuda 0.27 is installed" in out, out[-2000:]

@@ -431,9 +431,16 @@ def _sim_total(count):
     return int(count)
 
 
+#: The first numba-cuda whose ``inline="always"`` functions may return an
+#: array they made (``view``, ``array``, ``carve`` on the GPU target).
+INLINE_ARRAYS = (0, 28)
+
 if not config.ENABLE_CUDASIM:
     from numba.core import types
+    from numba.core.errors import TypingError
     from numba.cuda.extending import overload
+
+    from ..sim import compat
     from numba.np.numpy_support import as_dtype
 
     from .intrinsics import _dims, check_view_args
@@ -462,9 +469,21 @@ if not config.ENABLE_CUDASIM:
 
     # The array-returning calls are inlined into their caller at Numba IR
     # level (inline="always"): only so may a function return an array it made.
+    # numba-cuda before 0.28 still checked such a function's return on its
+    # own ("Only accept returning of array passed into the function as
+    # argument"): say what is needed instead.
+
+    def _inline_arrays(name):
+        have = compat.numba_cuda_version()
+        if have is not None and have < INLINE_ARRAYS:
+            raise TypingError(
+                f"devalloc.{name} returns an array, which needs numba-cuda >= "
+                f"{'.'.join(map(str, INLINE_ARRAYS))} on the GPU target (numba-cuda "
+                f"{'.'.join(map(str, have))} is installed): pip install 'numba-cuda>=0.28'")
 
     @overload(view, target="cuda", inline="always")
     def _view_impl(ctx, off, count, dtype):
+        _inline_arrays("view")
         align = as_dtype(check_view_args(off, count, dtype)).alignment
         k = _K(ctx)
         if k == api._NORMAL:
@@ -477,6 +496,7 @@ if not config.ENABLE_CUDASIM:
 
     @overload(array, target="cuda", inline="always")
     def _array_impl(ctx, shape, dtype):
+        _inline_arrays("array")
         itemsize = as_dtype(check_view_args(types.int64, shape, dtype)).itemsize
         if isinstance(shape, types.Integer):
             def impl(ctx, shape, dtype):
@@ -498,6 +518,7 @@ if not config.ENABLE_CUDASIM:
 
     @overload(carve, target="cuda", inline="always")
     def _carve_impl(ctx, off, pos, count, dtype):
+        _inline_arrays("carve")
         itemsize = as_dtype(check_view_args(off, count, dtype)).itemsize
         if isinstance(count, types.Integer):
             def impl(ctx, off, pos, count, dtype):

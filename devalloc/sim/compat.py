@@ -31,7 +31,7 @@ from typing import Callable
 from ..errors import DevallocError
 
 #: The numba-cuda releases devalloc's tests have passed with (README, "Versions").
-TESTED = ("0.26.0", "0.30.4")
+TESTED = ("0.28.0", "0.30.4")
 
 
 class NumbaCudaMismatch(DevallocError, ImportError):
@@ -325,6 +325,15 @@ def _version(dist):
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return "(not installed)"
+
+
+def numba_cuda_version():
+    """Return the installed numba-cuda's (major, minor), or None if unknown."""
+    parts = _version("numba-cuda").split(".")[:2]
+    try:
+        return tuple(int(p) for p in parts)
+    except ValueError:  # not installed, or not a release number
+        return None
 
 
 def problems(simulator: bool | None = None) -> list[str]:
