@@ -77,6 +77,7 @@ else:
         _release_exch,
         _release_or,
         _store,
+        _thread_tied,
         _tie,
     )
 
@@ -150,13 +151,27 @@ def _npages(ctx):
     return int64(_lo32(ctx.arena.shape[0] >> _pshift(ctx.meta)))
 
 
-@cuda.jit(device=True)
-def _warp_number():
-    # The warp's number in the grid (1-D numbering; any value is correct,
-    # it only spreads warps over hint slots and bitmap words).
-    # 32-bit arithmetic (a grid's threads wrap around 2**32: still a number).
-    t = uint32(uint32(cuda.blockIdx.x) * uint32(cuda.blockDim.x)) + uint32(cuda.threadIdx.x)
-    return uint32(uint32(t) >> L.WARP_SHIFT)
+if config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def _warp_number(anchor):
+        """The simulator's ``_warp_number``: ``anchor`` unused."""
+        t = uint32(uint32(cuda.blockIdx.x) * uint32(cuda.blockDim.x)) + uint32(cuda.threadIdx.x)
+        return uint32(uint32(t) >> L.WARP_SHIFT)
+
+else:
+
+    @cuda.jit(device=True)
+    def _warp_number(anchor):
+        """Return the warp's number in the grid, computed after ``anchor`` (64-bit).
+
+        1-D numbering; any value is correct, it only spreads warps over hint
+        slots and bitmap words. 32-bit arithmetic (a grid's threads wrap
+        around 2**32: still a number). Read where it is called
+        (:func:`devalloc.device.ptx._thread_tied`), not kept live from the
+        kernel's start across the search (a register).
+        """
+        return uint32(_thread_tied(anchor) >> L.WARP_SHIFT)
 
 
 @cuda.jit(device=True)

@@ -160,6 +160,30 @@ def _tie(typingctx, x, anchor):
     return x(x, anchor), codegen
 
 
+@intrinsic
+def _thread_tied(typingctx, anchor):
+    """Return the thread's 1-D number in the grid (32 bits), read after ``anchor``.
+
+    ``blockIdx.x * blockDim.x + threadIdx.x`` in one ``asm`` that takes
+    ``anchor`` as an unused operand: the special registers are read where
+    it is called, inside the loops that change ``anchor``. Through
+    ``cuda.threadIdx`` NVVM reads them once, at the kernel's start (where
+    ``cuda.grid`` reads them too), and keeps them (or what derives from
+    them) live across every loop in between: a register for the whole
+    search.
+    """
+    if not isinstance(anchor, types.Integer) or anchor.bitwidth != 64:
+        raise TypingError(f"_thread_tied's anchor is a 64-bit integer, got {anchor}")
+
+    def codegen(context, builder, sig, args):
+        asm = ("{ .reg .b32 %dvc, %dvn, %dvt; mov.u32 %dvc, %ctaid.x; mov.u32 %dvn, %ntid.x; "
+               "mov.u32 %dvt, %tid.x; mad.lo.u32 $0, %dvc, %dvn, %dvt; }")
+        op = ir.InlineAsm(ir.FunctionType(_I32, [_I64]), asm, "=r,l")
+        return builder.call(op, [args[0]])
+
+    return types.uint32(anchor), codegen
+
+
 def _cuda_arch(context, builder):
     """Return the i32 compute capability NVVM compiles for (e.g. 900)."""
     mod = builder.module

@@ -109,14 +109,16 @@ def _pick(meta, npages, p, cap, want, anchor):
     """Guess up to ``want`` freed blocks of slab ``p`` (``cap`` blocks): (word, bits).
 
     Relaxed loads only, from a word the warp number picks on; (0, 0) if none
-    is seen. ``anchor`` (the state word being tried) ties the start word to
-    this path: without it the compiler hoists the warp number's hash onto
-    every allocation's path.
+    is seen. ``anchor`` (the state word being tried) ties the start word and
+    the bitmap's address to this path: without it the compiler hoists the
+    warp number's hash onto every allocation's path, and the address out of
+    ``_reserve``'s cas loop, live across it (registers).
     """
     # Hidden from the optimiser: a constant size would make the trip count
     # constant, and the unrolled loop's addresses would stay live (_opaque).
     nw = _opaque(uint32((cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT))
-    w = _scatter(_tie(_warp_number(), anchor), nw)
+    w = _scatter(_warp_number(anchor), nw)
+    p = _tie(p, anchor)
     for _ in range(int32(nw)):
         free = _lo32(_load(meta, _at(_bitmap_word(meta, npages, p, w))))  # guess (32 bits used)
         left = uint32(cap - (w << L.WORD_SHIFT))
@@ -161,17 +163,22 @@ def _reserve(meta, npages, p, c, want, prof):
     tries = _opaque(int32(SLAB_TRIES))  # hidden: a constant trip count unrolls the loop
     while True:
         t = uint32(_lo32(s) & L.TAG_MASK)
-        first = uint32(0)
-        w = uint32(0)
-        pick = uint32(0)
+        # The grant's two halves below its page, built before the cas so
+        # that only they (not first, w, pick and got) live across it.
+        glo = uint32(0)
+        ghi = uint32(0)
         if t == L.TAG_FREE:
-            got = min(want, cap)
+            # (_tie: computed here, not hoisted out of the loop and kept.)
+            got = min(_tie(want, s), cap)
             new = L.state_keep_count(s) + int64(got) * L.SLAB_BUMP_ONE + int64(tag)
+            glo = uint32(got << L.GRANT_COUNT_SHIFT)
+            ghi = uint32(L.GRANT_TOOK >> 32)
         elif t == tag:
             first = uint32(_lo32(s >> L.CURSOR_SHIFT) & L.CURSOR_MASK)
             if first < cap:
                 got = min(want, uint32(cap - first))
                 new = s + int64(got) * L.SLAB_BUMP_ONE
+                glo = uint32((got << L.GRANT_COUNT_SHIFT) | first)
             else:
                 live = uint32(_lo32(s >> L.N_SHIFT) & L.LIVE_MASK)
                 if live >= cap:
@@ -181,6 +188,8 @@ def _reserve(meta, npages, p, c, want, prof):
                     return TRANSIT  # slots free, bits not seen: in transit
                 got = uint32(_popc32(pick))
                 new = s + int64(got) * L.SLAB_REUSE_ONE
+                glo = pick
+                ghi = uint32(uint32(L.GRANT_REUSE >> 32) | w)
         else:
             return NO
         new, folded = _fold(new)
@@ -197,12 +206,10 @@ def _reserve(meta, npages, p, c, want, prof):
                     _pcount(prof, L.P_SLABS_TAKEN, 1)
                     # The page index is updated by the caller (_took_page),
                     # where fewer values are live: registers.
-                    return L.bump_grant(p, int64(0), int64(got)) | L.GRANT_TOOK
-            if pick == 0:
-                return L.bump_grant(p, int64(first), int64(got))
-            # Slots reserved for the picked bits: the caller takes them
-            # (_settle), out of the search, where fewer values are live.
-            return L.reuse_grant(p, int64(w), int64(pick))
+            # A bump grant (GRANT_TOOK when the page was free), or the slots
+            # reserved for the picked bits (the caller takes them: _settle,
+            # out of the search, where fewer values are live).
+            return ((int64(p) + 1) << L.GRANT_PAGE_SHIFT) | (int64(ghi) << 32) | int64(glo)
         s = old
         _pcount(prof, L.P_CAS_RETRIES, 1)
         tries = int32(tries - 1)
@@ -373,6 +380,7 @@ def _find(meta, npages, c, want, prof):
         # Hidden each time: what derives from npages is not hoisted out of
         # this loop and kept live across the search (registers).
         npages = _opaque(npages)
+        c = _opaque(c)
         g = _seek(meta, npages, c, want, prof)
         if g == 0:
             return g
@@ -426,7 +434,7 @@ def _seek(meta, npages, c, want, prof):
     hv = _load(meta, _at(hint_idx))
     if e != 0:  # widened: the warp's own slot
         # (_tie: the warp number is computed here, not on the calm path.)
-        hint_idx = L.hint_word(c, _tie(_warp_number(), int64(e)) & ((uint32(1) << (e & 7)) - uint32(1)))
+        hint_idx = L.hint_word(c, _warp_number(int64(e)) & ((uint32(1) << (e & 7)) - uint32(1)))
         hv = _load(meta, _at(hint_idx))
     # A hint of 0 (none) wraps to 2**32 - 1, so one compare range-checks it.
     h = _lo32(hv - 1)  # racy hint: any value is safe
@@ -556,6 +564,7 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof):
     lane or ends with NULL for the rest, so there are at most ``lanes``
     rounds, the same number for every lane of the group. Counts are 32-bit.
     """
+    c = _lo32(c)
     n = uint32(lanes)
     if n == 1:
         # A lane alone (the usual case in divergent code): one round, nothing
@@ -567,20 +576,26 @@ def _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof):
         return _grant_offset(g, uint32(0), c, _pshift(meta))
     off = int64(L.NULL)
     me = uint32(rank)
-    served = uint32(0)
-    for _ in range(int32(lanes)):
+    # Two counts live across the search, not three (registers): the lanes
+    # not served yet (the ranks n - left .. n - 1), and d = rank - n
+    # (modulo 2**32: _lo32), with which d + left is this lane's index in the
+    # round's grant, or a huge number once it is served.
+    left = n
+    d = _lo32(int64(me) - int64(n))
+    while True:
         g = int64(0)
         if me == 0:
-            g = _find(meta, npages, c, uint32(n - served), prof)
+            g = _find(meta, npages, c, left, prof)
         g = warp.share(mask, leader, g)
         if g == 0:
             break
         got = _grant_got(g)
-        if me >= served and me - served < got:
-            off = _grant_offset(g, uint32(me - served), c, _pshift(meta))
-        served = uint32(served + got)
-        if served >= n:
+        k = _lo32(int64(d) + int64(left))
+        if k < got:
+            off = _grant_offset(g, k, c, _pshift(meta))
+        if got >= left:
             break
+        left = uint32(left - got)
     warp.sync(mask)  # the leader's acquiring claim before each lane's accesses
     return off
 

@@ -367,7 +367,8 @@ PATHS = {
         "alloc", "alloc(ctx, 64) by one lane, from the hinted slab's never-used blocks", (
             At(_C, "return _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof)"),
             At(_S, "first = uint32(_lo32(s >> L.CURSOR_SHIFT)"),
-            At(_S, "return L.bump_grant(p, int64(first), int64(got))"),
+            At(_S, "glo = uint32((got << L.GRANT_COUNT_SHIFT) | first)"),
+            At(_S, "return ((int64(p) + 1) << L.GRANT_PAGE_SHIFT)"),
             At(_S, "return _grant_offset(g, uint32(0), c, _pshift(meta))"),
         )),
     "alloc_reuse": PathSpec(
@@ -376,7 +377,8 @@ PATHS = {
             At(_S, "live = uint32(_lo32(s >> L.N_SHIFT)"),
             At(_S, "return w, _lowest(free, want)"),
             At(_S, "out = uint32(out | low)"),
-            At(_S, "return L.reuse_grant(p, int64(w), int64(pick))"),
+            At(_S, "ghi = uint32(uint32(L.GRANT_REUSE >> 32) | w)"),
+            At(_S, "return ((int64(p) + 1) << L.GRANT_PAGE_SHIFT)"),
             At(_S, "mine = _lo32(_take_bits("),
             At(_S, "return (g & ~L.WORD_MASK) | int64(mine)"),
             At(_S, "return _grant_offset(g, uint32(0), c, _pshift(meta))"),
