@@ -73,18 +73,20 @@ def test_outline_is_the_function_itself_on_the_simulator():
 #: test is inline: SASS per extra site alloc 85, free 37, view 122, bump
 #: 266, scoped 320; registers (1/2/4 sites) alloc 44/48/54, free 30/32/32,
 #: view 52/54/54, bump 51/64/64 (52/54/62 before: the smaller body let ptxas
-#: keep more live), scoped 60/70/79. The issue's site limits (400 for alloc
+#: keep more live), scoped 60/70/79; since the search's hoisted values went
+#: (docs/outline.md, "Lowered"): alloc 40/45/48, view 40/48/48, scoped
+#: 55/70/79. The issue's site limits (400 for alloc
 #: and what builds on it, 150 for free) hold; its register limits (<= 36
 #: for one site, <= 44 for four) do not: the values a kernel keeps live
 #: across a call add to the out-of-line body's (docs/outline.md).
 OUTLINED_SITE = {"alloc": 400, "free": 150, "view": 400, "bump": 400, "scoped": 400}
-OUTLINED_REGISTERS = {"alloc": 56, "free": 34, "view": 56, "bump": 66, "scoped": 82}
-#: One site out of line is no bigger than inline (3,752 and 768 SASS): 3,560
+OUTLINED_REGISTERS = {"alloc": 50, "free": 34, "view": 50, "bump": 66, "scoped": 82}
+#: One site out of line is no bigger than inline (3,696 and 768 SASS): 3,504
 #: and 720 measured. With the heap's arrays crossing as generic pointers it
 #: was 5,432 and 1,280: every numba atomic in the body tested the address
 #: space at run time (QSPC and a shared-memory CAS loop beside the global
 #: atomic).
-OUTLINED_ONE_SITE = {"alloc": 3752, "free": 768}
+OUTLINED_ONE_SITE = {"alloc": 3696, "free": 768}
 
 
 @pytest.mark.slow
@@ -107,9 +109,14 @@ def test_an_extra_call_site_is_a_call_when_outlined():
         assert e["sites"]["4"]["registers"] <= e["sites"]["2"]["registers"] + 6, (op, e)
 
 
-#: The default (inline) mode, measured: per extra site alloc 3701, free 797;
+#: The default (inline) mode, measured: per extra site alloc 3669, free 794;
 #: pinned with 5 % of room so that it cannot creep up unnoticed.
 INLINE_SITE = {"alloc": 3890, "free": 840}
+#: Registers of the inline alloc kernels: issue 28's limit for one site (36;
+#: measured 32, its stretch), and four sites pinned at what is measured plus
+#: 2 (46; the issue's 44 is not met: the kernel's own results, kept across
+#: the later sites as 64-bit pairs, add to the allocator's 30 live).
+INLINE_ALLOC_REGISTERS = {"1": 36, "4": 48}
 
 
 @pytest.mark.slow
@@ -120,6 +127,8 @@ def test_an_extra_inline_call_site_costs_no_more_than_measured():
         assert e["per_extra_site"] <= limit, (op, e)
         for k, r in e["sites"].items():
             assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0 and r["calls"] == 0, (op, k, r)
+    for k, limit in INLINE_ALLOC_REGISTERS.items():
+        assert got["alloc"]["sites"][k]["registers"] <= limit, got["alloc"]
 
 
 PATHS = """
@@ -144,13 +153,13 @@ def test_frames_from_the_ptx_walk_the_inline_paths_as_nvdisasm_does():
 
 #: The walked paths (SASS instructions executed, sm_90) with DEVALLOC_OUTLINE=1,
 #: measured (numba-cuda 0.30, CUDA 13.5 tools): the call's argument moves,
-#: CALL, RET and the callee's path. Inline (this walker alone): 164, 250,
-#: 120, 141, 127, 139. All within issue 28's 10 %: alloc +5.5 % and +3.6 %,
+#: CALL, RET and the callee's path. Inline (this walker alone): 148, 236,
+#: 120, 141, 127, 137. All within issue 28's 10 %: alloc +6.8 % and +5.1 %,
 #: free +10.0 % and +9.2 % (its NULL test inline, the body called: it was
 #: +17 % and +15 % with the whole of free out of line), bump (its first try is
 #: inline) -4 %, scoped (its current chunk's case is inline and calls
-#: nothing) -9 % (docs/outline.md).
-OUTLINED_PATHS = {"alloc_fresh_slab": 173, "alloc_reuse": 259, "free_lone": 132,
+#: nothing) -8 % (docs/outline.md).
+OUTLINED_PATHS = {"alloc_fresh_slab": 158, "alloc_reuse": 248, "free_lone": 132,
                   "free_warp32": 154, "bump": 122, "scoped": 126}
 
 

@@ -152,7 +152,9 @@ def test_registers_for_every_way_of_passing_a_size_sm90(probe_result):
     by = {r["kernel"]: r for r in probe_result["probes"] if r["arch"] == "sm_90"}
     assert by["alloc"]["registers"] <= 40, by["alloc"]
     assert by["alloc_const"]["registers"] <= 40, by["alloc_const"]
-    assert by["alloc_per_thread"]["registers"] <= 40, by["alloc_per_thread"]
+    # Issue 28: one alloc site <= 36 registers (measured 32 since the
+    # search's hoisted values went, docs/outline.md "Lowered"; was 40).
+    assert by["alloc_per_thread"]["registers"] <= 36, by["alloc_per_thread"]
     assert by["alloc_view_free_per_thread"]["registers"] <= 44, by["alloc_view_free_per_thread"]
 
 
@@ -166,8 +168,11 @@ def test_registers_for_every_way_of_passing_a_size_sm90(probe_result):
 #: (no retry budget ends in NULL) took bump's RETRIES count out (160 -> 156).
 #: Issue 28 (second part): bump's first try on the current chunk before the
 #: claim's loop (bumpalloc._claim_fast) took its path from 156 to 127.
-PATHS = {"alloc_fresh_slab": 165, "alloc_reuse": 251, "free_lone": 120,
-         "free_warp32": 141, "bump": 127, "scoped": 167}
+#: Issue 28 (registers): the search's hoisted values gone (docs/outline.md,
+#: "Lowered") took alloc's paths from 164 to 148 and 250 to 236, scoped's
+#: from 139 to 137.
+PATHS = {"alloc_fresh_slab": 148, "alloc_reuse": 236, "free_lone": 120,
+         "free_warp32": 141, "bump": 127, "scoped": 137}
 
 
 @pytest.mark.slow
