@@ -1,8 +1,19 @@
 """Out-of-line device functions: one copy per kernel, a call at each site.
 
 ``outline(f)`` (``f`` a ``@cuda.jit(device=True)`` function) returns a device
-callable with ``f``'s arguments and result whose body is not inlined where
-it is called: the device function holding the call emits, into its LLVM
+callable with ``f``'s parameters and result that, when a kernel is typed,
+is either ``f`` itself (NVVM inlines it at every site: the default) or a
+call to one out-of-line copy of ``f`` per kernel. Which one is read from the
+heap's metadata among the arguments (the first one: a ctx with a ``meta``
+field, or the metadata array itself): its Numba type
+(:class:`devalloc.ctx.PagedMeta`) says ``outline``, chosen per heap
+(``Heap(outline=)``) or per launch (``heap.ctx_with(outline=)``); for a
+plain ``int64`` array, :data:`ENABLED` (the process default,
+``DEVALLOC_OUTLINE``). The choice is an ``@overload`` inlined into its
+caller's Numba IR, so the inline build calls ``f`` exactly where it did
+before the switch existed.
+
+Out of line, the device function holding the call emits, into its LLVM
 module, one ``noinline`` function ``devalloc_<module>_<name>_<types>`` whose
 body is ``f`` compiled by Numba (Numba links device functions
 ``linkonce_odr``: a kernel keeps one copy), and every call site in the
@@ -22,23 +33,26 @@ scope in ``f``'s file, so the body it inlines keeps its source lines. Warp intri
 meaning: the lanes that enter the call together are the lanes active at the
 call site, and a lane that does not call is not waited for.
 
-On the simulator ``outline(f)`` is ``f`` itself.
+On the simulator ``outline(f)`` is ``f`` itself (the same Python code either
+way; the interleaving explorer relies on the alias being the same object).
 """
 
 import os
 
 from numba import config
 
-#: ``DEVALLOC_OUTLINE=1`` in the environment when devalloc is imported:
-#: ``alloc`` and ``free`` call their bodies out of line (one copy per
-#: kernel). Off by default: docs/outline.md says what it costs.
-ENABLED = os.environ.get("DEVALLOC_OUTLINE", "0") not in ("", "0")
+from ..ctx import OUTLINE_DEFAULT
 
-if config.ENABLE_CUDASIM or not ENABLED:
+#: The process default (:data:`devalloc.ctx.OUTLINE_DEFAULT`:
+#: ``DEVALLOC_OUTLINE=1`` in the environment when devalloc is imported):
+#: what kernels given plain arrays compile with. A heap's ctx carries its
+#: own choice in its type (``Heap(outline=)``, whose default is this).
+ENABLED = OUTLINE_DEFAULT
+
+if config.ENABLE_CUDASIM:
 
     def outline(f):
-        """``f`` itself: on the simulator (no code size to save), or when
-        :data:`ENABLED` is off (NVVM inlines ``f`` at every call site)."""
+        """``f`` itself: on the simulator there is no code size to save."""
         return f
 
 else:
@@ -47,7 +61,9 @@ else:
     from llvmlite import ir
     from numba.core import cgutils, types
     from numba.core.errors import TypingError
-    from numba.cuda.extending import intrinsic
+    from numba.cuda.extending import intrinsic, overload
+
+    from ..ctx import PagedMeta
 
     def _symbol(pyfunc, sig):
         # A deterministic, valid symbol for (function, argument types).
@@ -152,8 +168,8 @@ else:
         return mod.add_debug_info("DILocation", {"line": code.co_firstlineno, "column": 1,
                                                  "scope": subprogram})
 
-    def outline(f):
-        """Return a callable that calls device function ``f`` out of line."""
+    def _out_of_line(f):
+        """Return an intrinsic that calls device function ``f`` out of line."""
         pyfunc = f.py_func
         name = pyfunc.__name__
 
@@ -195,3 +211,50 @@ else:
         exec(f"def outline_{name}(typingctx, {params}):\n"
              f"    return resolve(typingctx, ({params},))\n", scope)
         return intrinsic(scope[f"outline_{name}"])
+
+    def outlined(ty):
+        """Return whether a call whose first argument has Numba type ``ty`` goes out of line.
+
+        ``ty``: a heap's ctx (a named tuple with a ``meta`` field) or its
+        metadata array. A :class:`PagedMeta` says (the heap's choice); a
+        plain array (or anything else) takes the process default
+        :data:`ENABLED`, read when the kernel is typed.
+        """
+        fields = getattr(ty, "fields", ())
+        if isinstance(ty, types.BaseTuple) and "meta" in fields:
+            ty = ty.types[fields.index("meta")]
+        if isinstance(ty, PagedMeta):
+            return ty.outline
+        return ENABLED
+
+    def outline(f):
+        """Return a callable with ``f``'s parameters that calls ``f`` inline or out of line.
+
+        Chosen when the kernel is typed, by :func:`outlined` of the first
+        argument's type: ``f`` itself (NVVM inlines it) or the out-of-line
+        intrinsic (one copy per kernel). The choice is an ``@overload``
+        inlined into its caller's Numba IR (``inline="always"``): the
+        caller calls ``f`` (or the intrinsic) as if it had named it.
+        """
+        pyfunc = f.py_func
+        name = pyfunc.__name__
+        code = pyfunc.__code__
+        params = ", ".join(code.co_varnames[:code.co_argcount])
+        first = code.co_varnames[0]
+        scope = {"f": f, "out": _out_of_line(f), "outlined": outlined}
+        # The stub, the two implementations and the overload's chooser, all
+        # with f's exact parameter names (Numba checks them against the stub's).
+        exec(f"def {name}_site({params}):\n"
+             f"    raise NotImplementedError('{name}_site: device code only')\n"
+             f"def inline({params}):\n"
+             f"    return f({params})\n"
+             f"def out_of_line({params}):\n"
+             f"    return out({params})\n"
+             f"def choose({params}):\n"
+             f"    return out_of_line if outlined({first}) else inline\n", scope)
+        stub = scope[f"{name}_site"]
+        stub.__doc__ = (f"Call ``{pyfunc.__module__}.{name}`` inline or out of line "
+                        "(devalloc.device.outline).")
+        choose = scope["choose"]
+        overload(stub, target="cuda", inline="always")(choose)
+        return stub

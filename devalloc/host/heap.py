@@ -32,6 +32,7 @@ from numba import config, cuda
 
 from .. import layout as L
 from ..ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
+from ..ctx import outline_option
 from ..errors import HeapClosedError, OutOfMemoryError
 from . import observed
 from .paged import paged_meta
@@ -177,6 +178,16 @@ class Heap(Reading, Running):
         scoped, release) in device memory; see :meth:`trace`. With
         ``profile`` or ``trace`` the heap is *observed*: its ``ctx`` has its
         own type, so kernels compiled for a normal heap are unaffected.
+    :param outline: True to have kernels call the allocator's bodies out of
+        line (one copy per kernel, a call at each ``alloc``/``free``/...
+        site: the choice for a kernel with many sites, whose code size and
+        compile time then stop growing with them; a few more registers),
+        False to inline them at every site (the choice for a kernel with one
+        or two), None (default) for the process default
+        (``DEVALLOC_OUTLINE=1`` in the environment: True; else False).
+        ``heap.outline`` says which; like the page, it is part of
+        ``heap.ctx``'s Numba type. ``heap.ctx_with(outline=)`` gives a ctx
+        of the other choice for one kernel's launches. docs/outline.md.
 
     Creating a heap allocates and zeroes device memory; it launches no
     kernel. Use it as a context manager, or call :meth:`close`, to free its
@@ -186,8 +197,11 @@ class Heap(Reading, Running):
     def __init__(self, capacity: int | None = None, *, stream: Any = 0, memory: Any = None,
                  device: int | None = None, debug: bool = False, profile: bool = False,
                  trace: int = 0, spread: int | None = None,
-                 page: int | str | None = None) -> None:
+                 page: int | str | None = None, outline: bool | None = None) -> None:
         self.stream = _check_stream(stream, "stream=")
+        #: Whether kernels given ``heap.ctx`` call the allocator's bodies out
+        #: of line (``outline=``; None took the process default).
+        self.outline = outline_option(outline)
         self._sms = _check_spread(spread)
         self.device = device
         if not isinstance(debug, (bool, np.bool_)):
@@ -249,7 +263,8 @@ class Heap(Reading, Running):
         self.requested = capacity
         #: log2 of the page size (kernels read it from the metadata's type or length).
         self.page_shift = ps
-        self._meta = paged_meta(self._meta, ps)
+        self._meta = paged_meta(self._meta, ps, self.outline)
+        self._other = None  # ctx_with's ctx of the other outline choice, made on first use
         self.npages = self._arena.size >> ps
         # The free-page index starts with every page free: kept on the device
         # so that reset copies it without the host (a device-to-device copy).
@@ -325,6 +340,32 @@ class Heap(Reading, Running):
         """The handle to pass to kernels (type: ``devalloc.ctx_type``)."""
         self._live()
         return self._ctx
+
+    def ctx_with(self, *, outline: bool) -> Ctx | DebugCtx | ObsCtx:
+        """Return the heap's ctx for kernels that call its bodies out of line (or inline).
+
+        The same heap (same device memory, counters, trace), only its
+        metadata's Numba type says ``outline`` (:class:`devalloc.ctx.PagedMeta`):
+        a kernel launched with ``heap.ctx_with(outline=True)`` calls one copy
+        of ``alloc``/``free``/... per kernel, the same kernel launched with
+        ``heap.ctx`` keeps the heap's own choice (``heap.outline``); each is
+        compiled once. Mixing both on one heap is safe: the device code is the
+        same, only placed differently. ``heap.run`` swaps it like ``heap.ctx``.
+        On the simulator the same arrays as ``heap.ctx`` (the code is the
+        same Python either way). Changes with ``resize``, like ``heap.ctx``.
+
+        :param outline: True or False (keyword only).
+        """
+        self._live()
+        if not isinstance(outline, (bool, np.bool_)):
+            raise TypeError(f"ctx_with(outline=) must be True or False, "
+                            f"got {type(outline).__name__}: {outline!r}")
+        if bool(outline) == self.outline:
+            return self._ctx
+        if self._other is None:
+            self._other = self._ctx._replace(
+                meta=paged_meta(self._meta, self.page_shift, not self.outline))
+        return self._other
 
     @property
     def capacity(self) -> int:
@@ -422,26 +463,28 @@ class Heap(Reading, Running):
         **Discards the contents**: every block is freed and every counter
         cleared, and ``heap.ctx`` changes (pass the new one to kernels). With
         ``memory=``, the new capacity must fit in that buffer. The page size
-        follows ``page=``: the same, or with ``"auto"`` the new capacity's.
+        follows ``page=``: the same, or with ``"auto"`` the new capacity's;
+        ``heap.outline`` stays (a ``ctx_with`` ctx changes too: ask again).
         """
         self._live()
         old = (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-               self._ctx, self.requested, self.npages, self._index, self._spread_max,
-               self.page_shift)
+               self._ctx, self._other, self.requested, self.npages, self._index,
+               self._spread_max, self.page_shift)
         try:
             with self._on_device():
                 self._build(capacity)
         except Exception:
             (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-             self._ctx, self.requested, self.npages, self._index, self._spread_max,
-             self.page_shift) = old
+             self._ctx, self._other, self.requested, self.npages, self._index,
+             self._spread_max, self.page_shift) = old
             raise
 
     def close(self) -> None:
         """Release the heap's device memory (not ``memory=``'s). Idempotent."""
         if not self._closed:
             self._closed = True
-            self._arena = self._meta = self._ctx = self._debug = self._sizes = None
+            self._arena = self._meta = self._ctx = self._other = None
+            self._debug = self._sizes = None
             self._prof = self._trace = None
             self._index = self._spread_max = None
 
@@ -461,6 +504,8 @@ class Heap(Reading, Running):
         state = "closed" if self._closed else f"pages={self.npages}"
         if not self._closed and self.page_shift != L.PAGE_SHIFT:
             state += f", page={self.page}"
+        if not self._closed and self.outline:
+            state += ", outline"
         return f"Heap(capacity={self.requested}, {state})"
 
 
