@@ -2,8 +2,10 @@
 
 Compiled for sm_90 without a GPU (:mod:`devalloc.tools.codesize`, in a subprocess
 with the real CUDA target), in both modes of :mod:`devalloc.device.outline`:
-inline (the default: every site is expanded in full) and out of line
-(``DEVALLOC_OUTLINE=1``: one copy of each body per kernel, a call per site).
+inline (the default: every site is expanded in full) and out of line (one
+copy of each body per kernel, a call per site), chosen by the ctx type the
+kernels compile for (``Heap(outline=)``, ``ctx_type_for(outline=)``) or,
+for plain arrays, by the process default (``DEVALLOC_OUTLINE=1``).
 Deterministic figures only (SASS, registers, stack); compile seconds are
 reported by ``python -m devalloc.probes --code-size``, never asserted.
 bench/RESULTS.md ("Code size per call site") has the figures and what is
@@ -23,19 +25,21 @@ from devalloc.device import outline
 MEASURE = """
 import json, sys
 from devalloc.tools import codesize
-print(json.dumps(codesize.measure((9, 0), sys.argv[1].split(","), timing=False)))
+print(json.dumps(codesize.measure((9, 0), sys.argv[1].split(","), timing=False,
+                                  outline=sys.argv[2] == "True")))
 """
 
 
-def _run(script, args, outlined):
-    # script in a subprocess with the real CUDA target, with or without
-    # DEVALLOC_OUTLINE=1 (read when devalloc is imported); its last line's JSON.
+def _run(script, args, outlined, default=False):
+    # script in a subprocess with the real CUDA target, given args and
+    # outlined (the ctx type's choice); the process default (DEVALLOC_OUTLINE,
+    # read when devalloc is imported) is `default`. Its last line's JSON.
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM",
                                                             "DEVALLOC_OUTLINE")}
-    if outlined:
+    if default:
         env["DEVALLOC_OUTLINE"] = "1"
-    proc = subprocess.run([sys.executable, "-c", script, ",".join(args)], capture_output=True,
-                          text=True, env=env, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", script, ",".join(args), str(outlined)],
+                          capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -58,8 +62,8 @@ def test_outline_is_the_function_itself_on_the_simulator():
 
     from devalloc.device import core
 
-    if outline.ENABLED and not config.ENABLE_CUDASIM:
-        pytest.skip("DEVALLOC_OUTLINE=1 on the real CUDA target: outline(f) is a call")
+    if not config.ENABLE_CUDASIM:
+        pytest.skip("the real CUDA target: outline(f) chooses when a kernel is typed")
 
     def f(x):
         return x
@@ -125,7 +129,8 @@ def test_an_extra_inline_call_site_costs_no_more_than_measured():
 PATHS = """
 import json, sys
 from devalloc.tools import paths
-print(json.dumps({f: paths.measure((9, 0), frames=f) for f in sys.argv[1].split(",")}))
+print(json.dumps({f: paths.measure((9, 0), frames=f, outline=sys.argv[2] == "True")
+                  for f in sys.argv[1].split(",")}))
 """
 
 
@@ -142,7 +147,8 @@ def test_frames_from_the_ptx_walk_the_inline_paths_as_nvdisasm_does():
             == {k: r["instructions"] for k, r in got["sass"].items()}), got
 
 
-#: The walked paths (SASS instructions executed, sm_90) with DEVALLOC_OUTLINE=1,
+#: The walked paths (SASS instructions executed, sm_90) out of line
+#: (``paths.measure(outline=True)``, as with DEVALLOC_OUTLINE=1),
 #: measured (numba-cuda 0.30, CUDA 13.5 tools): the call's argument moves,
 #: CALL, RET and the callee's path. Inline (this walker alone): 164, 250,
 #: 120, 141, 127, 139. All within issue 28's 10 %: alloc +5.5 % and +3.6 %,
@@ -169,3 +175,42 @@ def test_outlined_walked_paths():
     assert "bumpalloc._claim" not in got["bump"]["by_function"], got["bump"]
     # scoped's case of a chunk with room is inline: its path calls nothing.
     assert "scope._next_chunk" not in got["scoped"]["by_function"], got["scoped"]
+
+
+CHOICE = """
+import json, sys
+from numba import cuda, types
+import devalloc
+from devalloc.ctx import ctx_type_for
+from devalloc.tools import aot
+
+def k(ctx, n, out):
+    i = cuda.grid(1)
+    off = devalloc.alloc(ctx, out[i])
+    devalloc.free(ctx, off)
+
+# A ctx of plain arrays (no PagedMeta: no page, no choice in its type).
+plain = types.NamedTuple([types.Array(types.uint8, 1, "C"), types.Array(types.int64, 1, "C")],
+                         devalloc.Ctx)
+ctxs = {"outline": ctx_type_for(outline=True), "inline": ctx_type_for(outline=False),
+        "default": devalloc.ctx_type, "plain": plain}
+calls = {}
+for label in sys.argv[1].split(","):
+    ptx, _ = aot.compile_ptx(k, (ctxs[label], types.int64, types.int64[::1]), cc=(9, 0))
+    calls[label] = aot.assemble(ptx, (9, 0)).sass_calls
+print(json.dumps(calls))
+"""
+
+
+@pytest.mark.slow
+def test_the_ctx_type_chooses_outline_per_kernel():
+    # One kernel (an alloc and a free site), one process: compiled for a ctx
+    # typed outline=True it calls the bodies (alloc's, free's past its NULL
+    # test); for the default ctx and outline=False it calls nothing; a ctx of
+    # plain arrays follows the process default.
+    got = _run(CHOICE, ("outline", "inline", "default", "plain"), None)
+    assert got["outline"] >= 2, got
+    assert got["inline"] == got["default"] == got["plain"] == 0, got
+    got = _run(CHOICE, ("plain", "default", "inline"), None, default=True)
+    assert got["plain"] >= 2 and got["default"] >= 2, got
+    assert got["inline"] == 0, got

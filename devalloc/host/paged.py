@@ -13,14 +13,16 @@ import functools
 from numba import config
 
 from .. import layout as L
+from ..ctx import outline_option
 
 
-def paged_meta(meta, ps, outline=False):
+def paged_meta(meta, ps, outline=None):
     """Return the metadata array ``meta`` typed with its heap's page (:class:`ctx.PagedMeta`).
 
     Kernels given the heap's ``ctx`` then compile with the page as a
     constant (devalloc.device._meta._pshift) and with the bodies out of line
-    if ``outline`` (devalloc.device.outline). The same device memory, no
+    if ``outline`` (devalloc.device.outline; None: the process default,
+    devalloc.ctx.OUTLINE_DEFAULT). The same device memory, no
     copy. On the simulator, which does not type arguments, ``meta`` itself
     (the device code reads the page from the length there, and is the same
     Python code either way).
@@ -30,7 +32,7 @@ def paged_meta(meta, ps, outline=False):
     paged = paged_array_class()(meta.shape, meta.strides, meta.dtype, stream=meta.stream,
                                  gpu_data=meta.gpu_data)
     paged.page_shift = ps
-    paged.outline = bool(outline)
+    paged.outline = outline_option(outline)
     return paged
 
 
