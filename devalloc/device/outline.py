@@ -9,9 +9,10 @@ field, or the metadata array itself): its Numba type
 (:class:`devalloc.ctx.PagedMeta`) says ``outline``, chosen per heap
 (``Heap(outline=)``) or per launch (``heap.ctx_with(outline=)``); for a
 plain ``int64`` array, :data:`ENABLED` (the process default,
-``DEVALLOC_OUTLINE``). The choice is an ``@overload`` inlined into its
-caller's Numba IR, so the inline build calls ``f`` exactly where it did
-before the switch existed.
+``DEVALLOC_OUTLINE``). It is one intrinsic either way: inline, its code is
+the call Numba emits for ``f`` itself, typed as the caller would type it
+(literal arguments first), so the inline build is what it was before the
+choice existed (same PTX).
 
 Out of line, the device function holding the call emits, into its LLVM
 module, one ``noinline`` function ``devalloc_<module>_<name>_<types>`` whose
@@ -61,7 +62,13 @@ else:
     from llvmlite import ir
     from numba.core import cgutils, types
     from numba.core.errors import TypingError
-    from numba.cuda.extending import intrinsic, overload
+    try:  # numba-cuda's own extension API (its `intrinsic` takes no options)
+        from numba.cuda.extending import _intrinsic as _make_intrinsic
+    except ImportError:  # older numba-cuda: numba's, for the CUDA target
+        from numba.core.extending import intrinsic as _make_intrinsic
+
+    #: An intrinsic for the CUDA target typed with literal arguments first.
+    _literal_first = _make_intrinsic(target="cuda", prefer_literal=True)
 
     from ..ctx import PagedMeta
 
@@ -169,9 +176,8 @@ else:
                                                  "scope": subprogram})
 
     def _out_of_line(f):
-        """Return an intrinsic that calls device function ``f`` out of line."""
+        """Return the code generation of a call to device function ``f`` out of line."""
         pyfunc = f.py_func
-        name = pyfunc.__name__
 
         def codegen(context, builder, sig, args):
             mod = builder.module
@@ -197,20 +203,20 @@ else:
                 _, res = context.call_internal_no_propagate(body, cres.fndesc, sig, inner)
                 body.ret(res)
             return builder.call(fn, flat)
+        return codegen
 
-        def resolve(typingctx, args):
-            fnty = typingctx.resolve_value_type(f)
-            sig = typingctx.resolve_function_type(fnty, args, {})
-            if sig is None:
-                raise TypingError(f"outline({name}): no signature for {args}")
-            return sig, codegen
+    def _inline(f):
+        """Return the code generation of a call to ``f`` itself (NVVM inlines it).
 
-        # Numba's intrinsics take named parameters (no *args): f's own.
-        params = ", ".join(pyfunc.__code__.co_varnames[:pyfunc.__code__.co_argcount])
-        scope = {"resolve": resolve}
-        exec(f"def outline_{name}(typingctx, {params}):\n"
-             f"    return resolve(typingctx, ({params},))\n", scope)
-        return intrinsic(scope[f"outline_{name}"])
+        What Numba emits for a call to the dispatcher ``f`` in the caller's
+        own code (the user function that typing ``f`` registered): the same
+        LLVM call, so the inline build is what it was without the choice.
+        """
+        def codegen(context, builder, sig, args):
+            fnty = context.typing_context.resolve_value_type(f)
+            return context.get_function(fnty, sig)(builder, args)
+
+        return codegen
 
     def outlined(ty):
         """Return whether a call whose first argument has Numba type ``ty`` goes out of line.
@@ -228,33 +234,32 @@ else:
         return ENABLED
 
     def outline(f):
-        """Return a callable with ``f``'s parameters that calls ``f`` inline or out of line.
+        """Return an intrinsic with ``f``'s parameters that calls ``f`` inline or out of line.
 
         Chosen when the kernel is typed, by :func:`outlined` of the first
-        argument's type: ``f`` itself (NVVM inlines it) or the out-of-line
-        intrinsic (one copy per kernel). The choice is an ``@overload``
-        inlined into its caller's Numba IR (``inline="always"``): the
-        caller calls ``f`` (or the intrinsic) as if it had named it.
+        argument's type: a call to ``f`` itself, as the caller would emit
+        naming ``f`` (NVVM inlines it), or a call to the one out-of-line copy.
         """
         pyfunc = f.py_func
         name = pyfunc.__name__
-        code = pyfunc.__code__
-        params = ", ".join(code.co_varnames[:code.co_argcount])
-        first = code.co_varnames[0]
-        scope = {"f": f, "out": _out_of_line(f), "outlined": outlined}
-        # The stub, the two implementations and the overload's chooser, all
-        # with f's exact parameter names (Numba checks them against the stub's).
-        exec(f"def {name}_site({params}):\n"
-             f"    raise NotImplementedError('{name}_site: device code only')\n"
-             f"def inline({params}):\n"
-             f"    return f({params})\n"
-             f"def out_of_line({params}):\n"
-             f"    return out({params})\n"
-             f"def choose({params}):\n"
-             f"    return out_of_line if outlined({first}) else inline\n", scope)
-        stub = scope[f"{name}_site"]
-        stub.__doc__ = (f"Call ``{pyfunc.__module__}.{name}`` inline or out of line "
-                        "(devalloc.device.outline).")
-        choose = scope["choose"]
-        overload(stub, target="cuda", inline="always")(choose)
-        return stub
+        out, inline = _out_of_line(f), _inline(f)
+
+        def resolve(typingctx, args):
+            away = outlined(args[0])
+            if away and any(isinstance(a, types.Literal) for a in args):
+                return None  # typed again without literals (prefer_literal below)
+            fnty = typingctx.resolve_value_type(f)
+            sig = typingctx.resolve_function_type(fnty, args, {})
+            if sig is None:
+                raise TypingError(f"outline({name}): no signature for {args}")
+            return sig, (out if away else inline)
+
+        # Numba's intrinsics take named parameters (no *args): f's own.
+        # Literal arguments first: a call to f itself types f with them as
+        # the caller would (a literal count compiles f for that constant);
+        # the out-of-line copy takes them as plain values (its one copy).
+        params = ", ".join(pyfunc.__code__.co_varnames[:pyfunc.__code__.co_argcount])
+        scope = {"resolve": resolve}
+        exec(f"def {name}_site(typingctx, {params}):\n"
+             f"    return resolve(typingctx, ({params},))\n", scope)
+        return _literal_first(scope[f"{name}_site"])

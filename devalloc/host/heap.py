@@ -178,16 +178,11 @@ class Heap(Reading, Running):
         scoped, release) in device memory; see :meth:`trace`. With
         ``profile`` or ``trace`` the heap is *observed*: its ``ctx`` has its
         own type, so kernels compiled for a normal heap are unaffected.
-    :param outline: True to have kernels call the allocator's bodies out of
-        line (one copy per kernel, a call at each ``alloc``/``free``/...
-        site: the choice for a kernel with many sites, whose code size and
-        compile time then stop growing with them; a few more registers),
-        False to inline them at every site (the choice for a kernel with one
-        or two), None (default) for the process default
-        (``DEVALLOC_OUTLINE=1`` in the environment: True; else False).
-        ``heap.outline`` says which; like the page, it is part of
-        ``heap.ctx``'s Numba type. ``heap.ctx_with(outline=)`` gives a ctx
-        of the other choice for one kernel's launches. docs/outline.md.
+    :param outline: True: kernels call the allocator's bodies out of line (one
+        copy per kernel, a call per site: for kernels with many sites; a few
+        more registers), False: inline at every site, None (default): the
+        process default (``DEVALLOC_OUTLINE=1``: True). Part of ``heap.ctx``'s
+        Numba type (``heap.outline``); :meth:`ctx_with` for one kernel. docs/outline.md.
 
     Creating a heap allocates and zeroes device memory; it launches no
     kernel. Use it as a context manager, or call :meth:`close`, to free its
@@ -199,9 +194,7 @@ class Heap(Reading, Running):
                  trace: int = 0, spread: int | None = None,
                  page: int | str | None = None, outline: bool | None = None) -> None:
         self.stream = _check_stream(stream, "stream=")
-        #: Whether kernels given ``heap.ctx`` call the allocator's bodies out
-        #: of line (``outline=``; None took the process default).
-        self.outline = outline_option(outline)
+        self.outline = outline_option(outline)  # None: the process default
         self._sms = _check_spread(spread)
         self.device = device
         if not isinstance(debug, (bool, np.bool_)):
@@ -342,20 +335,12 @@ class Heap(Reading, Running):
         return self._ctx
 
     def ctx_with(self, *, outline: bool) -> Ctx | DebugCtx | ObsCtx:
-        """Return the heap's ctx for kernels that call its bodies out of line (or inline).
+        """Return this heap's ctx typed for kernels that call its bodies out of line (or inline).
 
-        The same heap (same device memory, counters, trace), only its
-        metadata's Numba type says ``outline`` (:class:`devalloc.ctx.PagedMeta`):
-        a kernel launched with ``heap.ctx_with(outline=True)`` calls one copy
-        of ``alloc``/``free``/... per kernel, the same kernel launched with
-        ``heap.ctx`` keeps the heap's own choice (``heap.outline``); each is
-        compiled once. Mixing both on one heap is safe: the device code is the
-        same, only placed differently. ``heap.run`` swaps it like ``heap.ctx``.
-        On the simulator the same arrays as ``heap.ctx`` (the code is the
-        same Python either way). Changes with ``resize``, like ``heap.ctx``.
-
-        :param outline: True or False (keyword only).
-        """
+        The same heap (memory, counters, trace) whose metadata's Numba type says
+        ``outline`` (True or False): a kernel given it compiles for that choice;
+        ``heap.ctx`` keeps ``heap.outline``. Both may be used on one heap; ``run``
+        swaps it like ``heap.ctx``. On the simulator: the heap's own arrays."""
         self._live()
         if not isinstance(outline, (bool, np.bool_)):
             raise TypeError(f"ctx_with(outline=) must be True or False, "
@@ -483,9 +468,8 @@ class Heap(Reading, Running):
         """Release the heap's device memory (not ``memory=``'s). Idempotent."""
         if not self._closed:
             self._closed = True
-            self._arena = self._meta = self._ctx = self._other = None
-            self._debug = self._sizes = None
-            self._prof = self._trace = None
+            self._arena = self._meta = self._ctx = self._other = self._debug = None
+            self._sizes = self._prof = self._trace = None
             self._index = self._spread_max = None
 
     @property
@@ -504,8 +488,7 @@ class Heap(Reading, Running):
         state = "closed" if self._closed else f"pages={self.npages}"
         if not self._closed and self.page_shift != L.PAGE_SHIFT:
             state += f", page={self.page}"
-        if not self._closed and self.outline:
-            state += ", outline"
+        state += ", outline" if not self._closed and self.outline else ""
         return f"Heap(capacity={self.requested}, {state})"
 
 

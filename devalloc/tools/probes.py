@@ -8,7 +8,10 @@ with the difference to the empty kernel; then the SASS instructions
 executed on the common paths on sm_90 (:mod:`devalloc.tools.paths`; JSON key
 ``"paths"``); with ``--code-size``, the cost of each extra call site of
 ``alloc``, ``free``, ``view``, ``bump`` and ``scoped`` (:mod:`devalloc.tools.codesize`;
-JSON key ``"code_size"``). The test suite and ``bench/`` both use it.
+JSON key ``"code_size"``). With ``--outline`` all of it is compiled for heaps
+made with ``outline=True`` (one out-of-line copy of each body per kernel,
+:mod:`devalloc.device.outline`) instead of the process default
+(``DEVALLOC_OUTLINE``). The test suite and ``bench/`` both use it.
 
 Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset), and
 needs NVVM, ``ptxas`` and ``nvdisasm``: the test extra
