@@ -214,6 +214,10 @@ else:
         """
         def codegen(context, builder, sig, args):
             fnty = context.typing_context.resolve_value_type(f)
+            # f compiled for sig.args, as typing a call to f does each time:
+            # Numba caches this intrinsic's typing, and f's compiled
+            # versions may have been dropped since (paths.line_info does).
+            fnty.get_call_type(context.typing_context, sig.args, {})
             return context.get_function(fnty, sig)(builder, args)
 
         return codegen
