@@ -12,7 +12,9 @@ imports nothing else from the host side.
 """
 
 import collections
+import os
 
+import numpy as np
 from numba import types
 
 from .layout import PAGE_SHIFT, PAGE_SHIFT_MIN
@@ -28,6 +30,13 @@ DebugCtx = collections.namedtuple("DebugCtx", ["arena", "meta", "debug", "sizes"
 #: arrays of length 0 unless it is a debug heap too).
 ObsCtx = collections.namedtuple("ObsCtx", ["arena", "meta", "debug", "sizes", "prof", "trace"])
 
+#: The process default of the out-of-line build (docs/outline.md):
+#: ``DEVALLOC_OUTLINE=1`` in the environment when devalloc is imported.
+#: What ``Heap(outline=None)`` and ``ctx_type_for(outline=None)`` take, and
+#: what a kernel given plain arrays (no :class:`PagedMeta`) compiles with
+#: (``devalloc.device.outline.ENABLED`` is this value). Off by default.
+OUTLINE_DEFAULT = os.environ.get("DEVALLOC_OUTLINE", "0") not in ("", "0")
+
 
 class PagedMeta(types.Array):
     """The Numba type of a heap's metadata: a 1-D C ``int64`` array that names its page.
@@ -40,18 +49,28 @@ class PagedMeta(types.Array):
     array (a slice, a view) is a plain array. Device code reads the page with
     ``devalloc.device._meta._pshift``, which also serves plain ``int64``
     arrays, from their length (layout.page_shift_of).
+
+    ``outline``: whether the kernel calls the allocator's bodies out of line
+    (one copy per kernel, a call per site: :mod:`devalloc.device.outline`,
+    docs/outline.md) or inlines them at every site. Chosen per heap
+    (``Heap(outline=)``) or per launch (``heap.ctx_with(outline=)``); like
+    the page, a kernel launched with both is compiled once for each.
     """
 
-    def __init__(self, page_shift):
+    def __init__(self, page_shift, outline=False):
         if not PAGE_SHIFT_MIN <= page_shift <= PAGE_SHIFT:
             raise ValueError(
                 f"page shift must be {PAGE_SHIFT_MIN} to {PAGE_SHIFT}, got {page_shift}")
+        if not isinstance(outline, bool):
+            raise TypeError(f"outline must be True or False, got {outline!r}")
         self.page_shift = int(page_shift)
-        super().__init__(types.int64, 1, "C", name=f"array(int64, 1d, C, page={1 << page_shift})")
+        self.outline = outline
+        name = f"array(int64, 1d, C, page={1 << page_shift}{', outline' if outline else ''})"
+        super().__init__(types.int64, 1, "C", name=name)
 
     @property
     def key(self):
-        return super().key + (self.page_shift,)
+        return super().key + (self.page_shift, self.outline)
 
     def copy(self, dtype=None, ndim=None, layout=None, readonly=None):
         plain = types.Array(self.dtype, self.ndim, self.layout)
@@ -77,15 +96,31 @@ _WORDS = types.Array(types.int64, 1, "C")
 _SIZES = types.Array(types.uint16, 1, "C")
 
 
-def ctx_type_for(page_shift=PAGE_SHIFT, kind="normal"):
+def outline_option(outline):
+    """Return ``outline`` as the heap's choice: None is :data:`OUTLINE_DEFAULT`.
+
+    Raise TypeError for anything but None, True or False.
+    """
+    if outline is None:
+        return OUTLINE_DEFAULT
+    if not isinstance(outline, (bool, np.bool_)):  # (not 0 or 1: as debug=)
+        raise TypeError(f"outline= must be None (the process default, DEVALLOC_OUTLINE), "
+                        f"True or False, got {type(outline).__name__}: {outline!r}")
+    return bool(outline)
+
+
+def ctx_type_for(page_shift=PAGE_SHIFT, kind="normal", outline=None):
     """Return the Numba type of the ``ctx`` of a heap of pages of ``2**page_shift`` bytes.
 
     ``kind``: ``"normal"``, ``"debug"`` (``debug=True``) or ``"observed"``
-    (``profile=True`` or ``trace=``). For compiling kernels ahead of time for
-    a heap made with ``Heap(page=)``; ``ctx_type`` and its siblings are the
-    default page's.
+    (``profile=True`` or ``trace=``). ``outline``: the heap's choice of
+    out-of-line bodies (``Heap(outline=)``, ``heap.ctx_with(outline=)``);
+    None is the process default (:data:`OUTLINE_DEFAULT`), as for ``Heap``.
+    For compiling kernels ahead of time for a heap made with ``Heap(page=)``
+    or ``outline=``; ``ctx_type`` and its siblings are the default page's,
+    with the process default.
     """
-    meta = PagedMeta(page_shift)
+    meta = PagedMeta(page_shift, outline_option(outline))
     if kind == "normal":
         return types.NamedTuple([_BYTES, meta], Ctx)
     if kind == "debug":
@@ -95,7 +130,8 @@ def ctx_type_for(page_shift=PAGE_SHIFT, kind="normal"):
     raise ValueError(f"kind must be 'normal', 'debug' or 'observed', got {kind!r}")
 
 
-#: The Numba type of ``Heap.ctx``, for compiling kernels ahead of time.
+#: The Numba type of ``Heap.ctx``, for compiling kernels ahead of time
+#: (its ``outline`` is the process default, :data:`OUTLINE_DEFAULT`).
 ctx_type = ctx_type_for(PAGE_SHIFT, "normal")
 #: The Numba type of a debug heap's ``ctx``.
 debug_ctx_type = ctx_type_for(PAGE_SHIFT, "debug")

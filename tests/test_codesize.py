@@ -2,8 +2,10 @@
 
 Compiled for sm_90 without a GPU (:mod:`devalloc.tools.codesize`, in a subprocess
 with the real CUDA target), in both modes of :mod:`devalloc.device.outline`:
-inline (the default: every site is expanded in full) and out of line
-(``DEVALLOC_OUTLINE=1``: one copy of each body per kernel, a call per site).
+inline (the default: every site is expanded in full) and out of line (one
+copy of each body per kernel, a call per site), chosen by the ctx type the
+kernels compile for (``Heap(outline=)``, ``ctx_type_for(outline=)``) or,
+for plain arrays, by the process default (``DEVALLOC_OUTLINE=1``).
 Deterministic figures only (SASS, registers, stack); compile seconds are
 reported by ``python -m devalloc.probes --code-size``, never asserted.
 bench/RESULTS.md ("Code size per call site") has the figures and what is
@@ -23,19 +25,21 @@ from devalloc.device import outline
 MEASURE = """
 import json, sys
 from devalloc.tools import codesize
-print(json.dumps(codesize.measure((9, 0), sys.argv[1].split(","), timing=False)))
+print(json.dumps(codesize.measure((9, 0), sys.argv[1].split(","), timing=False,
+                                  outline=sys.argv[2] == "True")))
 """
 
 
-def _run(script, args, outlined):
-    # script in a subprocess with the real CUDA target, with or without
-    # DEVALLOC_OUTLINE=1 (read when devalloc is imported); its last line's JSON.
+def _run(script, args, outlined, default=False):
+    # script in a subprocess with the real CUDA target, given args and
+    # outlined (the ctx type's choice); the process default (DEVALLOC_OUTLINE,
+    # read when devalloc is imported) is `default`. Its last line's JSON.
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM",
                                                             "DEVALLOC_OUTLINE")}
-    if outlined:
+    if default:
         env["DEVALLOC_OUTLINE"] = "1"
-    proc = subprocess.run([sys.executable, "-c", script, ",".join(args)], capture_output=True,
-                          text=True, env=env, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", script, ",".join(args), str(outlined)],
+                          capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -58,8 +62,8 @@ def test_outline_is_the_function_itself_on_the_simulator():
 
     from devalloc.device import core
 
-    if outline.ENABLED and not config.ENABLE_CUDASIM:
-        pytest.skip("DEVALLOC_OUTLINE=1 on the real CUDA target: outline(f) is a call")
+    if not config.ENABLE_CUDASIM:
+        pytest.skip("the real CUDA target: outline(f) chooses when a kernel is typed")
 
     def f(x):
         return x
@@ -68,19 +72,21 @@ def test_outline_is_the_function_itself_on_the_simulator():
     assert core.free_site is core.free and core.alloc_site is core.alloc
 
 
-#: Reached with DEVALLOC_OUTLINE=1 (numba-cuda 0.30, CUDA 13.5 tools, sm_90),
-#: since arrays cross the call as global-space pointers and free's NULL
-#: test is inline: SASS per extra site alloc 85, free 37, view 122, bump
-#: 266, scoped 320; registers (1/2/4 sites) alloc 44/48/54, free 30/32/32,
-#: view 52/54/54, bump 51/64/64 (52/54/62 before: the smaller body let ptxas
-#: keep more live), scoped 60/70/79; since the search's hoisted values went
-#: (docs/outline.md, "Lowered"): alloc 40/45/48, view 40/48/48, scoped
-#: 55/70/79. The issue's site limits (400 for alloc
-#: and what builds on it, 150 for free) hold; its register limits (<= 36
-#: for one site, <= 44 for four) do not: the values a kernel keeps live
-#: across a call add to the out-of-line body's (docs/outline.md).
+#: Reached out of line (``codesize.measure(outline=True)``: the kernels
+#: compiled for a ctx typed ``outline=True``; numba-cuda 0.30, CUDA 13.5
+#: tools, sm_90), since arrays cross the call as global-space pointers and
+#: free's NULL test is inline: SASS per extra site alloc 85, free 37, view
+#: 122, bump 266, scoped 320; registers (1/2/4 sites) alloc 44/48/54, free
+#: 30/32/32, view 52/54/54, bump 51/64/64 (52/54/62 before: the smaller body
+#: let ptxas keep more live), scoped 60/70/79; since the search's hoisted
+#: values went (docs/outline.md, "Lowered"): alloc 40/45/48, view 40/48/48,
+#: scoped 55/70/79. Pinned: the issue's site limits (400 for alloc and what
+#: builds on it, 150 for free), registers as measured + 2. Its register
+#: limits (<= 36 for one site, <= 44 for four) do not hold: the values a
+#: kernel keeps live across a call add to the out-of-line body's
+#: (docs/outline.md).
 OUTLINED_SITE = {"alloc": 400, "free": 150, "view": 400, "bump": 400, "scoped": 400}
-OUTLINED_REGISTERS = {"alloc": 50, "free": 34, "view": 50, "bump": 66, "scoped": 82}
+OUTLINED_REGISTERS = {"alloc": 50, "free": 34, "view": 50, "bump": 66, "scoped": 81}
 #: One site out of line is no bigger than inline (3,696 and 768 SASS): 3,504
 #: and 720 measured. With the heap's arrays crossing as generic pointers it
 #: was 5,432 and 1,280: every numba atomic in the body tested the address
@@ -134,7 +140,8 @@ def test_an_extra_inline_call_site_costs_no_more_than_measured():
 PATHS = """
 import json, sys
 from devalloc.tools import paths
-print(json.dumps({f: paths.measure((9, 0), frames=f) for f in sys.argv[1].split(",")}))
+print(json.dumps({f: paths.measure((9, 0), frames=f, outline=sys.argv[2] == "True")
+                  for f in sys.argv[1].split(",")}))
 """
 
 
@@ -151,7 +158,8 @@ def test_frames_from_the_ptx_walk_the_inline_paths_as_nvdisasm_does():
             == {k: r["instructions"] for k, r in got["sass"].items()}), got
 
 
-#: The walked paths (SASS instructions executed, sm_90) with DEVALLOC_OUTLINE=1,
+#: The walked paths (SASS instructions executed, sm_90) out of line
+#: (``paths.measure(outline=True)``, as with DEVALLOC_OUTLINE=1),
 #: measured (numba-cuda 0.30, CUDA 13.5 tools): the call's argument moves,
 #: CALL, RET and the callee's path. Inline (this walker alone): 148, 236,
 #: 120, 141, 127, 137. All within issue 28's 10 %: alloc +6.8 % and +5.1 %,
@@ -178,3 +186,42 @@ def test_outlined_walked_paths():
     assert "bumpalloc._claim" not in got["bump"]["by_function"], got["bump"]
     # scoped's case of a chunk with room is inline: its path calls nothing.
     assert "scope._next_chunk" not in got["scoped"]["by_function"], got["scoped"]
+
+
+CHOICE = """
+import json, sys
+from numba import cuda, types
+import devalloc
+from devalloc.ctx import ctx_type_for
+from devalloc.tools import aot
+
+def k(ctx, n, out):
+    i = cuda.grid(1)
+    off = devalloc.alloc(ctx, out[i])
+    devalloc.free(ctx, off)
+
+# A ctx of plain arrays (no PagedMeta: no page, no choice in its type).
+plain = types.NamedTuple([types.Array(types.uint8, 1, "C"), types.Array(types.int64, 1, "C")],
+                         devalloc.Ctx)
+ctxs = {"outline": ctx_type_for(outline=True), "inline": ctx_type_for(outline=False),
+        "default": devalloc.ctx_type, "plain": plain}
+calls = {}
+for label in sys.argv[1].split(","):
+    ptx, _ = aot.compile_ptx(k, (ctxs[label], types.int64, types.int64[::1]), cc=(9, 0))
+    calls[label] = aot.assemble(ptx, (9, 0)).sass_calls
+print(json.dumps(calls))
+"""
+
+
+@pytest.mark.slow
+def test_the_ctx_type_chooses_outline_per_kernel():
+    # One kernel (an alloc and a free site), one process: compiled for a ctx
+    # typed outline=True it calls the bodies (alloc's, free's past its NULL
+    # test); for the default ctx and outline=False it calls nothing; a ctx of
+    # plain arrays follows the process default.
+    got = _run(CHOICE, ("outline", "inline", "default", "plain"), None)
+    assert got["outline"] >= 2, got
+    assert got["inline"] == got["default"] == got["plain"] == 0, got
+    got = _run(CHOICE, ("plain", "default", "inline"), None, default=True)
+    assert got["plain"] >= 2 and got["default"] >= 2, got
+    assert got["inline"] == 0, got

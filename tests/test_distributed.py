@@ -227,6 +227,7 @@ def test_attach_again_replaces_the_heaps(attached):
     ({"stream": 0}, TypeError, "takes only debug, device, page"),
     ({"page": 3000}, ValueError, "page= must be"),
     ({"memory": None}, TypeError, "cannot be sent to workers"),
+    ({"outline": "yes"}, TypeError, "outline= must be None"),
 ])
 def test_attach_refuses_what_a_worker_cannot_use(client, kwargs, error, match):
     with pytest.raises(error, match=match):

@@ -203,6 +203,10 @@ print(devalloc.debug_ctx_type)
 print(numba.typeof(devalloc.DebugCtx(b, m, w, h)) == devalloc.debug_ctx_type)
 print(numba.typeof(devalloc.Ctx(b, paged_meta(w, 10))) == ctx_type_for(10))
 print(numba.typeof(devalloc.Ctx(b, paged_meta(w, 10))) != devalloc.ctx_type)
+print(numba.typeof(devalloc.Ctx(b, paged_meta(w, 14, True))) == ctx_type_for(14, outline=True))
+print(numba.typeof(devalloc.Ctx(b, paged_meta(w, 14, True)))
+      != numba.typeof(devalloc.Ctx(b, paged_meta(w, 14, False))))
+print(numba.typeof(devalloc.Ctx(b, paged_meta(w, 14, True))))
 """
 
 
@@ -234,6 +238,13 @@ def test_a_heaps_page_is_part_of_its_ctx_type_on_the_cuda_target(gpu_types):
     # Heap(page=1024)'s ctx has its own type (kernels compile with the page
     # as a constant, once per page size they meet): ctx_type_for(10).
     assert gpu_types[6:8] == ["True", "True"]
+
+
+def test_a_heaps_outline_choice_is_part_of_its_ctx_type_on_the_cuda_target(gpu_types):
+    # Heap(outline=True) and heap.ctx_with(outline=True): the metadata's type
+    # says it (kernels compile once per choice they meet): ctx_type_for(outline=True).
+    assert gpu_types[8:10] == ["True", "True"]
+    assert gpu_types[10] == "Ctx(array(uint8, 1d, C), array(int64, 1d, C, page=16384, outline))"
 
 
 FIRST_USE_SCRIPT = """

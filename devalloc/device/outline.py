@@ -1,8 +1,20 @@
 """Out-of-line device functions: one copy per kernel, a call at each site.
 
 ``outline(f)`` (``f`` a ``@cuda.jit(device=True)`` function) returns a device
-callable with ``f``'s arguments and result whose body is not inlined where
-it is called: the device function holding the call emits, into its LLVM
+callable with ``f``'s parameters and result that, when a kernel is typed,
+is either ``f`` itself (NVVM inlines it at every site: the default) or a
+call to one out-of-line copy of ``f`` per kernel. Which one is read from the
+heap's metadata among the arguments (the first one: a ctx with a ``meta``
+field, or the metadata array itself): its Numba type
+(:class:`devalloc.ctx.PagedMeta`) says ``outline``, chosen per heap
+(``Heap(outline=)``) or per launch (``heap.ctx_with(outline=)``); for a
+plain ``int64`` array, :data:`ENABLED` (the process default,
+``DEVALLOC_OUTLINE``). It is one intrinsic either way: inline, its code is
+the call Numba emits for ``f`` itself, typed as the caller would type it
+(literal arguments first), so the inline build is what it was before the
+choice existed (same PTX).
+
+Out of line, the device function holding the call emits, into its LLVM
 module, one ``noinline`` function ``devalloc_<module>_<name>_<types>`` whose
 body is ``f`` compiled by Numba (Numba links device functions
 ``linkonce_odr``: a kernel keeps one copy), and every call site in the
@@ -22,23 +34,26 @@ scope in ``f``'s file, so the body it inlines keeps its source lines. Warp intri
 meaning: the lanes that enter the call together are the lanes active at the
 call site, and a lane that does not call is not waited for.
 
-On the simulator ``outline(f)`` is ``f`` itself.
+On the simulator ``outline(f)`` is ``f`` itself (the same Python code either
+way; the interleaving explorer relies on the alias being the same object).
 """
 
 import os
 
 from numba import config
 
-#: ``DEVALLOC_OUTLINE=1`` in the environment when devalloc is imported:
-#: ``alloc`` and ``free`` call their bodies out of line (one copy per
-#: kernel). Off by default: docs/outline.md says what it costs.
-ENABLED = os.environ.get("DEVALLOC_OUTLINE", "0") not in ("", "0")
+from ..ctx import OUTLINE_DEFAULT
 
-if config.ENABLE_CUDASIM or not ENABLED:
+#: The process default (:data:`devalloc.ctx.OUTLINE_DEFAULT`:
+#: ``DEVALLOC_OUTLINE=1`` in the environment when devalloc is imported):
+#: what kernels given plain arrays compile with. A heap's ctx carries its
+#: own choice in its type (``Heap(outline=)``, whose default is this).
+ENABLED = OUTLINE_DEFAULT
+
+if config.ENABLE_CUDASIM:
 
     def outline(f):
-        """``f`` itself: on the simulator (no code size to save), or when
-        :data:`ENABLED` is off (NVVM inlines ``f`` at every call site)."""
+        """``f`` itself: on the simulator there is no code size to save."""
         return f
 
 else:
@@ -47,7 +62,15 @@ else:
     from llvmlite import ir
     from numba.core import cgutils, types
     from numba.core.errors import TypingError
-    from numba.cuda.extending import intrinsic
+    try:  # numba-cuda's own extension API (its `intrinsic` takes no options)
+        from numba.cuda.extending import _intrinsic as _make_intrinsic
+    except ImportError:  # older numba-cuda: numba's, for the CUDA target
+        from numba.core.extending import intrinsic as _make_intrinsic
+
+    #: An intrinsic for the CUDA target typed with literal arguments first.
+    _literal_first = _make_intrinsic(target="cuda", prefer_literal=True)
+
+    from ..ctx import PagedMeta
 
     def _symbol(pyfunc, sig):
         # A deterministic, valid symbol for (function, argument types).
@@ -152,10 +175,9 @@ else:
         return mod.add_debug_info("DILocation", {"line": code.co_firstlineno, "column": 1,
                                                  "scope": subprogram})
 
-    def outline(f):
-        """Return a callable that calls device function ``f`` out of line."""
+    def _out_of_line(f):
+        """Return the code generation of a call to device function ``f`` out of line."""
         pyfunc = f.py_func
-        name = pyfunc.__name__
 
         def codegen(context, builder, sig, args):
             mod = builder.module
@@ -181,17 +203,67 @@ else:
                 _, res = context.call_internal_no_propagate(body, cres.fndesc, sig, inner)
                 body.ret(res)
             return builder.call(fn, flat)
+        return codegen
+
+    def _inline(f):
+        """Return the code generation of a call to ``f`` itself (NVVM inlines it).
+
+        What Numba emits for a call to the dispatcher ``f`` in the caller's
+        own code (the user function that typing ``f`` registered): the same
+        LLVM call, so the inline build is what it was without the choice.
+        """
+        def codegen(context, builder, sig, args):
+            fnty = context.typing_context.resolve_value_type(f)
+            # f compiled for sig.args, as typing a call to f does each time:
+            # Numba caches this intrinsic's typing, and f's compiled
+            # versions may have been dropped since (paths.line_info does).
+            fnty.get_call_type(context.typing_context, sig.args, {})
+            return context.get_function(fnty, sig)(builder, args)
+
+        return codegen
+
+    def outlined(ty):
+        """Return whether a call whose first argument has Numba type ``ty`` goes out of line.
+
+        ``ty``: a heap's ctx (a named tuple with a ``meta`` field) or its
+        metadata array. A :class:`PagedMeta` says (the heap's choice); a
+        plain array (or anything else) takes the process default
+        :data:`ENABLED`, read when the kernel is typed.
+        """
+        fields = getattr(ty, "fields", ())
+        if isinstance(ty, types.BaseTuple) and "meta" in fields:
+            ty = ty.types[fields.index("meta")]
+        if isinstance(ty, PagedMeta):
+            return ty.outline
+        return ENABLED
+
+    def outline(f):
+        """Return an intrinsic with ``f``'s parameters that calls ``f`` inline or out of line.
+
+        Chosen when the kernel is typed, by :func:`outlined` of the first
+        argument's type: a call to ``f`` itself, as the caller would emit
+        naming ``f`` (NVVM inlines it), or a call to the one out-of-line copy.
+        """
+        pyfunc = f.py_func
+        name = pyfunc.__name__
+        out, inline = _out_of_line(f), _inline(f)
 
         def resolve(typingctx, args):
+            away = outlined(args[0])
+            if away and any(isinstance(a, types.Literal) for a in args):
+                return None  # typed again without literals (prefer_literal below)
             fnty = typingctx.resolve_value_type(f)
             sig = typingctx.resolve_function_type(fnty, args, {})
             if sig is None:
                 raise TypingError(f"outline({name}): no signature for {args}")
-            return sig, codegen
+            return sig, (out if away else inline)
 
         # Numba's intrinsics take named parameters (no *args): f's own.
+        # Literal arguments first: a call to f itself types f with them as
+        # the caller would (a literal count compiles f for that constant);
+        # the out-of-line copy takes them as plain values (its one copy).
         params = ", ".join(pyfunc.__code__.co_varnames[:pyfunc.__code__.co_argcount])
         scope = {"resolve": resolve}
-        exec(f"def outline_{name}(typingctx, {params}):\n"
+        exec(f"def {name}_site(typingctx, {params}):\n"
              f"    return resolve(typingctx, ({params},))\n", scope)
-        return intrinsic(scope[f"outline_{name}"])
+        return _literal_first(scope[f"{name}_site"])

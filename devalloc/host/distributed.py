@@ -64,7 +64,7 @@ __all__ = ["DEMO_CAPACITY", "HeapPlugin", "PLUGIN_NAME", "ShardedRun", "WorkerHe
 PLUGIN_NAME = "devalloc-heap"
 
 #: Keyword arguments of ``Heap`` that make sense on another process.
-_HEAP_KWARGS = ("debug", "device", "page")
+_HEAP_KWARGS = ("debug", "device", "page", "outline")
 
 
 class HeapPlugin(WorkerPlugin):
@@ -76,9 +76,10 @@ class HeapPlugin(WorkerPlugin):
 
     name = PLUGIN_NAME
 
-    def __init__(self, capacity, debug=False, device=None, page=None):
+    def __init__(self, capacity, debug=False, device=None, page=None, outline=None):
         self.capacity = capacity
         self.page = page
+        self.outline = outline
         self.debug = debug
         self.device = device
         self.heap = None
@@ -99,7 +100,7 @@ class HeapPlugin(WorkerPlugin):
 
         self.lock = threading.RLock()
         self.heap = devalloc.Heap(self.capacity, debug=self.debug, device=self.device,
-                                  page=self.page)
+                                  page=self.page, outline=getattr(self, "outline", None))
 
     def teardown(self, worker):
         """Close the heap (its device memory is freed)."""
@@ -111,7 +112,9 @@ def attach(client, capacity, **heap_kwargs):
     """Give every worker of ``client``'s cluster, present and future, one heap.
 
     ``capacity`` is each worker's heap capacity in bytes; ``heap_kwargs``
-    may be ``debug=``, ``page=`` and ``device=`` (default: the worker's current device,
+    may be ``debug=``, ``page=``, ``outline=`` (None, the default: each
+    worker's process default, its ``DEVALLOC_OUTLINE``) and ``device=``
+    (default: the worker's current device,
     its own GPU under dask-cuda; with ``device=N`` tasks must launch their
     kernels under ``with cuda.gpus[N]``). Calling it again replaces every worker's
     heap (the old ones are closed). Raises TypeError or ValueError for a bad
@@ -120,8 +123,10 @@ def attach(client, capacity, **heap_kwargs):
     from .capacity import check_capacity
 
     from .capacity import check_page
+    from ..ctx import outline_option
 
     ps = check_page(heap_kwargs.get("page"), capacity)
+    outline_option(heap_kwargs.get("outline"))  # None, True or False (None: the worker's default)
     capacity = check_capacity(capacity, ps=ps)
     unknown = sorted(set(heap_kwargs) - set(_HEAP_KWARGS))
     if unknown:

@@ -32,6 +32,7 @@ from numba import config, cuda
 
 from .. import layout as L
 from ..ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
+from ..ctx import outline_option
 from ..errors import HeapClosedError, OutOfMemoryError
 from . import observed
 from .paged import paged_meta
@@ -177,6 +178,11 @@ class Heap(Reading, Running):
         scoped, release) in device memory; see :meth:`trace`. With
         ``profile`` or ``trace`` the heap is *observed*: its ``ctx`` has its
         own type, so kernels compiled for a normal heap are unaffected.
+    :param outline: True: kernels call the allocator's bodies out of line (one
+        copy per kernel, a call per site: for kernels with many sites; a few
+        more registers), False: inline at every site, None (default): the
+        process default (``DEVALLOC_OUTLINE=1``: True). Part of ``heap.ctx``'s
+        Numba type (``heap.outline``); :meth:`ctx_with` for one kernel. docs/outline.md.
 
     Creating a heap allocates and zeroes device memory; it launches no
     kernel. Use it as a context manager, or call :meth:`close`, to free its
@@ -186,8 +192,9 @@ class Heap(Reading, Running):
     def __init__(self, capacity: int | None = None, *, stream: Any = 0, memory: Any = None,
                  device: int | None = None, debug: bool = False, profile: bool = False,
                  trace: int = 0, spread: int | None = None,
-                 page: int | str | None = None) -> None:
+                 page: int | str | None = None, outline: bool | None = None) -> None:
         self.stream = _check_stream(stream, "stream=")
+        self.outline = outline_option(outline)  # None: the process default
         self._sms = _check_spread(spread)
         self.device = device
         if not isinstance(debug, (bool, np.bool_)):
@@ -249,7 +256,8 @@ class Heap(Reading, Running):
         self.requested = capacity
         #: log2 of the page size (kernels read it from the metadata's type or length).
         self.page_shift = ps
-        self._meta = paged_meta(self._meta, ps)
+        self._meta = paged_meta(self._meta, ps, self.outline)
+        self._other = None  # ctx_with's ctx of the other outline choice, made on first use
         self.npages = self._arena.size >> ps
         # The free-page index starts with every page free: kept on the device
         # so that reset copies it without the host (a device-to-device copy).
@@ -325,6 +333,24 @@ class Heap(Reading, Running):
         """The handle to pass to kernels (type: ``devalloc.ctx_type``)."""
         self._live()
         return self._ctx
+
+    def ctx_with(self, *, outline: bool) -> Ctx | DebugCtx | ObsCtx:
+        """Return this heap's ctx typed for kernels that call its bodies out of line (or inline).
+
+        The same heap (memory, counters, trace) whose metadata's Numba type says
+        ``outline`` (True or False): a kernel given it compiles for that choice;
+        ``heap.ctx`` keeps ``heap.outline``. Both may be used on one heap; ``run``
+        swaps it like ``heap.ctx``. On the simulator: the heap's own arrays."""
+        self._live()
+        if not isinstance(outline, (bool, np.bool_)):
+            raise TypeError(f"ctx_with(outline=) must be True or False, "
+                            f"got {type(outline).__name__}: {outline!r}")
+        if bool(outline) == self.outline:
+            return self._ctx
+        if self._other is None:
+            self._other = self._ctx._replace(
+                meta=paged_meta(self._meta, self.page_shift, not self.outline))
+        return self._other
 
     @property
     def capacity(self) -> int:
@@ -422,27 +448,28 @@ class Heap(Reading, Running):
         **Discards the contents**: every block is freed and every counter
         cleared, and ``heap.ctx`` changes (pass the new one to kernels). With
         ``memory=``, the new capacity must fit in that buffer. The page size
-        follows ``page=``: the same, or with ``"auto"`` the new capacity's.
+        follows ``page=``: the same, or with ``"auto"`` the new capacity's;
+        ``heap.outline`` stays (a ``ctx_with`` ctx changes too: ask again).
         """
         self._live()
         old = (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-               self._ctx, self.requested, self.npages, self._index, self._spread_max,
-               self.page_shift)
+               self._ctx, self._other, self.requested, self.npages, self._index,
+               self._spread_max, self.page_shift)
         try:
             with self._on_device():
                 self._build(capacity)
         except Exception:
             (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-             self._ctx, self.requested, self.npages, self._index, self._spread_max,
-             self.page_shift) = old
+             self._ctx, self._other, self.requested, self.npages, self._index,
+             self._spread_max, self.page_shift) = old
             raise
 
     def close(self) -> None:
         """Release the heap's device memory (not ``memory=``'s). Idempotent."""
         if not self._closed:
             self._closed = True
-            self._arena = self._meta = self._ctx = self._debug = self._sizes = None
-            self._prof = self._trace = None
+            self._arena = self._meta = self._ctx = self._other = self._debug = None
+            self._sizes = self._prof = self._trace = None
             self._index = self._spread_max = None
 
     @property
@@ -461,6 +488,7 @@ class Heap(Reading, Running):
         state = "closed" if self._closed else f"pages={self.npages}"
         if not self._closed and self.page_shift != L.PAGE_SHIFT:
             state += f", page={self.page}"
+        state += ", outline" if not self._closed and self.outline else ""
         return f"Heap(capacity={self.requested}, {state})"
 
 

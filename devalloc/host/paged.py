@@ -1,9 +1,11 @@
-"""A heap's metadata array, typed with the heap's page.
+"""A heap's metadata array, typed with the heap's page and its outline choice.
 
-``Heap(page=)`` chooses the page per heap. The heap's ``ctx`` carries it in
-the Numba type of its metadata array (:class:`devalloc.ctx.PagedMeta`), so
-that kernels compile with the page as a constant; this module makes that
-array: numba-cuda's device array with a ``_numba_type_`` of its own.
+``Heap(page=)`` chooses the page per heap, ``Heap(outline=)`` (or
+``heap.ctx_with(outline=)``, per launch) whether kernels call the
+allocator's bodies out of line. The heap's ``ctx`` carries both in the Numba
+type of its metadata array (:class:`devalloc.ctx.PagedMeta`), so that
+kernels compile with them as constants; this module makes that array:
+numba-cuda's device array with a ``_numba_type_`` of its own.
 """
 
 import functools
@@ -11,21 +13,26 @@ import functools
 from numba import config
 
 from .. import layout as L
+from ..ctx import outline_option
 
 
-def paged_meta(meta, ps):
+def paged_meta(meta, ps, outline=None):
     """Return the metadata array ``meta`` typed with its heap's page (:class:`ctx.PagedMeta`).
 
     Kernels given the heap's ``ctx`` then compile with the page as a
-    constant (devalloc.device._meta._pshift). The same device memory, no
+    constant (devalloc.device._meta._pshift) and with the bodies out of line
+    if ``outline`` (devalloc.device.outline; None: the process default,
+    devalloc.ctx.OUTLINE_DEFAULT). The same device memory, no
     copy. On the simulator, which does not type arguments, ``meta`` itself
-    (the device code reads the page from the length there).
+    (the device code reads the page from the length there, and is the same
+    Python code either way).
     """
     if config.ENABLE_CUDASIM:
         return meta
     paged = paged_array_class()(meta.shape, meta.strides, meta.dtype, stream=meta.stream,
                                  gpu_data=meta.gpu_data)
     paged.page_shift = ps
+    paged.outline = outline_option(outline)
     return paged
 
 
@@ -37,12 +44,13 @@ def paged_array_class():
     from ..ctx import PagedMeta
 
     class PagedMetaArray(DeviceNDArray):
-        """A heap's metadata on the device; its Numba type names the page."""
+        """A heap's metadata on the device; its Numba type names the page and the outline choice."""
 
         page_shift = L.PAGE_SHIFT
+        outline = False
 
         @property
         def _numba_type_(self):
-            return PagedMeta(self.page_shift)
+            return PagedMeta(self.page_shift, self.outline)
 
     return PagedMetaArray

@@ -36,9 +36,13 @@ class Running:
         stream: Any
         _meta: Any
         _arena: Any
+        _other: Any
+        outline: bool
 
         @property
         def ctx(self) -> Any: ...
+
+        def ctx_with(self, *, outline: bool) -> Any: ...
 
         def _live(self) -> None: ...
 
@@ -55,7 +59,8 @@ class Running:
         For kernels that are safe to re-run from scratch. Each attempt resets
         the heap, launches ``kernel[griddim, blockdim, stream](*args)`` with
         every argument that is this heap (or its ``heap.ctx`` from before the
-        call) replaced by the current ``heap.ctx``, and reads the usage. If
+        call) replaced by the current ``heap.ctx`` (a ``heap.ctx_with(outline=)``
+        by the current one of the same choice), and reads the usage. If
         allocations failed, the capacity is multiplied by ``growth`` (doubling
         by default), capped at ``ceiling`` bytes, and the kernel is launched
         again. Raises :class:`HeapExhausted` when the heap is already at the
@@ -89,7 +94,7 @@ class Running:
         mine = [self._is_mine(a, i) for i, a in enumerate(args)]
         for attempt in range(1, max_attempts + 1):
             self.reset()
-            real = [self.ctx if m else a for a, m in zip(args, mine)]
+            real = [a if m is None else self.ctx_with(outline=m) for a, m in zip(args, mine)]
             kernel[griddim, blockdim, self.stream](*real)
             u = self.usage()
             if u.failed == 0:
@@ -104,17 +109,21 @@ class Running:
             f"(capacity {self.requested} bytes)", u, max_attempts)
 
     def _is_mine(self, arg, position):
-        """Return True if ``arg`` is this heap or its current ctx (run() swaps it).
+        """Return the outline choice of ``arg`` if it is this heap or a current ctx
+        of it (``ctx``, ``ctx_with``: run() swaps it), else None.
 
         Raise ValueError for a ctx of another heap, or of this heap before a
         resize: run() could not count its failures.
         """
         if arg is self:
-            return True
+            return self.outline
         if not isinstance(arg, (Ctx, DebugCtx, ObsCtx)):
-            return False
-        if arg.meta is self._meta and arg.arena is self._arena:
-            return True
+            return None
+        if arg.arena is self._arena:
+            if arg.meta is self._meta:
+                return self.outline
+            if self._other is not None and arg.meta is self._other.meta:
+                return not self.outline
         raise ValueError(
             f"kernel argument {position} (from 0) is the ctx of another heap (or of this heap "
             "before a resize): run() counts only this heap's failures and would report "

@@ -106,8 +106,9 @@ def _cache_key(func, sig, cc, kwargs):
     """Return the cache key of a compilation, or None when it must not be cached.
 
     The key covers what the PTX depends on: this Python environment (its
-    numba, numba-cuda and NVVM), whether devalloc.device.outline is enabled
-    (``DEVALLOC_OUTLINE``), the compute capability, the signature and
+    numba, numba-cuda and NVVM), the process default of devalloc.device.outline
+    (``DEVALLOC_OUTLINE``: ctxs of plain arrays follow it; a heap's ctx type
+    names its own choice, in the signature), the compute capability, the signature and
     options, the kernel's name and code, and every source file of devalloc
     and of the kernel's folder (the device functions it may call). Kernels
     without a source file (typed at a prompt, ``python -c``) or closing

@@ -179,20 +179,23 @@ def _compile(fn, sig, cc, timing):
     return ptx, aot.assemble(ptx, cc), numba_s, aot.ptxas_seconds(ptx, cc) if timing else 0.0
 
 
-def measure(cc=(9, 0), ops=None, sig=None, timing=True, max_registers=None):
+def measure(cc=(9, 0), ops=None, sig=None, timing=True, max_registers=None, outline=None):
     """Return ``{op: {"sites": {k: row}, "per_extra_site": n, ...}}`` for ``cc``.
 
     ``ops`` picks operations of :data:`KERNELS` (all by default); ``sig``
-    the kernels' signature (:data:`devalloc.tools.probe_kernels.SIG`: a normal heap).
+    the kernels' signature (:data:`devalloc.tools.probe_kernels.SIG`: a normal heap);
+    ``outline``, without ``sig``: a normal heap's ctx with that choice
+    (``Heap(outline=)``: True out of line, False inline; None the process
+    default, ``DEVALLOC_OUTLINE``).
     A row: ``sass_instructions``, ``registers``, ``spill_bytes``,
     ``stack_bytes``, ``calls`` (SASS ``CALL`` instructions) and, with
     ``timing``, ``numba_seconds`` and ``ptxas_seconds``. ``max_registers``
     assembles as ``@cuda.jit(max_registers=N)`` would (ptxas
     ``-maxrregcount``).
     """
-    from .probe_kernels import SIG
+    from .probe_kernels import sig_for
 
-    sig = sig or SIG
+    sig = sig or sig_for("normal", outline)
     out = {}
     for op in ops or KERNELS:
         rows = {}

@@ -433,17 +433,20 @@ def kernel_of(name):
 ORDERING = {"MEMBAR", "ERRBAR", "CGAERRBAR", "CCTL", "FENCE"}
 
 
-def measure(cc=(9, 0), paths=None, frames="auto"):
+def measure(cc=(9, 0), paths=None, frames="auto", outline=None):
     """Return ``{path: {"instructions", "what", "by_function", "ordering"}}`` for ``cc``.
 
     ``ordering``: the memory-ordering instructions on the path, by opcode.
-    ``frames``: :func:`load`'s.
+    ``frames``: :func:`load`'s. ``outline``: the heap's choice of
+    out-of-line bodies the kernels compile for (``Heap(outline=)``; None:
+    the process default, ``DEVALLOC_OUTLINE``).
     """
     out = {}
     sass = {}
+    sig = probe_kernels.sig_for("normal", outline)
     for name, spec in (paths or PATHS).items():
         if spec.kernel not in sass:
-            sass[spec.kernel] = load(kernel_of(spec.kernel), probe_kernels.SIG, cc, frames)
+            sass[spec.kernel] = load(kernel_of(spec.kernel), sig, cc, frames)
         insns, labels = sass[spec.kernel]
         try:
             trail = walk(insns, labels, [w.resolve() for w in spec.waypoints], spec.lone)
@@ -468,10 +471,14 @@ def floor(cc=(9, 0)):
     return len(walk(insns, labels, []))
 
 
-def trace(name, cc=(9, 0), frames="auto"):
-    """Return the walk of path ``name`` as text: address, opcode, innermost line."""
+def trace(name, cc=(9, 0), frames="auto", outline=None):
+    """Return the walk of path ``name`` as text: address, opcode, innermost line.
+
+    ``outline``: as for :func:`measure`.
+    """
     spec = PATHS[name]
-    insns, labels = load(kernel_of(spec.kernel), probe_kernels.SIG, cc, frames)
+    insns, labels = load(kernel_of(spec.kernel), probe_kernels.sig_for("normal", outline), cc,
+                         frames)
     rows = []
     for i in walk(insns, labels, [w.resolve() for w in spec.waypoints], spec.lone):
         ins = insns[i]

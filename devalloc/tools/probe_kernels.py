@@ -12,7 +12,7 @@ import numpy as np
 from numba import cuda, types
 
 import devalloc
-from devalloc.ctx import obs_ctx_type
+from devalloc.ctx import ctx_type_for, obs_ctx_type
 
 
 def k_empty(ctx, n, out):
@@ -135,10 +135,20 @@ DEBUG_SIG = (devalloc.debug_ctx_type, types.int64, types.int64[::1])
 OBSERVED_SIG = (obs_ctx_type, types.int64, types.int64[::1])
 
 
-def signature(name):
-    """Return the argument types of probe ``name`` (its heap kind from its prefix)."""
-    if name.startswith("debug_"):
-        return DEBUG_SIG
-    if name.startswith("observed_"):
-        return OBSERVED_SIG
-    return SIG
+def signature(name, outline=None):
+    """Return the argument types of probe ``name`` (its heap kind from its prefix).
+
+    ``outline``: the heap's choice of out-of-line bodies (``Heap(outline=)``,
+    devalloc.device.outline); None for the process default (``DEVALLOC_OUTLINE``).
+    """
+    kind = ("debug" if name.startswith("debug_")
+            else "observed" if name.startswith("observed_") else "normal")
+    return sig_for(kind, outline)
+
+
+def sig_for(kind="normal", outline=None):
+    """Return the probes' argument types for a heap of ``kind`` and ``outline``
+    (:func:`devalloc.ctx.ctx_type_for`; None: the process default, :data:`SIG` and its siblings)."""
+    if outline is None:
+        return {"normal": SIG, "debug": DEBUG_SIG, "observed": OBSERVED_SIG}[kind]
+    return (ctx_type_for(kind=kind, outline=outline), types.int64, types.int64[::1])

@@ -8,7 +8,10 @@ with the difference to the empty kernel; then the SASS instructions
 executed on the common paths on sm_90 (:mod:`devalloc.tools.paths`; JSON key
 ``"paths"``); with ``--code-size``, the cost of each extra call site of
 ``alloc``, ``free``, ``view``, ``bump`` and ``scoped`` (:mod:`devalloc.tools.codesize`;
-JSON key ``"code_size"``). The test suite and ``bench/`` both use it.
+JSON key ``"code_size"``). With ``--outline`` all of it is compiled for heaps
+made with ``outline=True`` (one out-of-line copy of each body per kernel,
+:mod:`devalloc.device.outline`) instead of the process default
+(``DEVALLOC_OUTLINE``). The test suite and ``bench/`` both use it.
 
 Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset), and
 needs NVVM, ``ptxas`` and ``nvdisasm``: the test extra
@@ -35,13 +38,17 @@ from .probe_kernels import (  # noqa: F401 (the probes, read as probes.X too)
 )
 
 
-def measure(ccs=((7, 5), (9, 0)), probes=None):
-    """Return one dict per (probe, cc) with the :class:`aot.Resources` figures."""
+def measure(ccs=((7, 5), (9, 0)), probes=None, outline=None):
+    """Return one dict per (probe, cc) with the :class:`aot.Resources` figures.
+
+    ``outline``: the heaps' choice of out-of-line bodies the probes compile
+    for (``Heap(outline=)``; None: the process default, ``DEVALLOC_OUTLINE``).
+    """
     rows = []
     for cc in ccs:
         base = None
         for name, fn in (probes or PROBES).items():
-            sig = signature(name)
+            sig = signature(name, outline)
             ptx, _ = aot.compile_ptx(fn, sig, cc=cc)
             r = aot.assemble(ptx, cc)
             row = {"kernel": name, "arch": r.arch, "registers": r.registers,
@@ -190,25 +197,30 @@ def main(argv=None):
                         "first --cc)")
     p.add_argument("--no-paths", action="store_true",
                    help="skip the walked path lengths (devalloc.tools.paths, sm_90)")
+    p.add_argument("--outline", action="store_true",
+                   help="compile for heaps made with outline=True (the allocator's bodies out of "
+                        "line, one copy per kernel: devalloc.device.outline) instead of the "
+                        "process default (DEVALLOC_OUTLINE)")
     a = p.parse_args(argv)
+    outline = True if a.outline else None
     ccs = [(int(c[:-1]), int(c[-1])) for c in a.cc]
     problem = missing()
     if problem:
         print(f"python -m devalloc.probes: {problem}", file=sys.stderr)
         return EXIT_MISSING
-    rows = measure(ccs)
+    rows = measure(ccs, outline=outline)
     result = {"probes": rows}
     if not a.no_paths:
         from . import paths
 
-        result["paths"] = paths.measure((9, 0))
+        result["paths"] = paths.measure((9, 0), outline=outline)
         result["paths_floor"] = paths.floor((9, 0))
     if a.traps:
         result["traps"] = check_traps()
     if a.code_size:
         from . import codesize
 
-        result["code_size"] = codesize.measure(ccs[0])
+        result["code_size"] = codesize.measure(ccs[0], outline=outline)
     if a.json:
         json.dump(result, sys.stdout)
         print()
