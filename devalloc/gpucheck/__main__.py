@@ -24,7 +24,7 @@ from . import report as R
 PARTS = {
     "environment": (60, 60, 120),
     "tests": (200, 120, 300),
-    "stress": (90, 60, 300),
+    "stress": (120, 60, 360),
     "sanitizer": (160, 80, 60),
     "throughput": (120, 90, 60),
     "examples": (150, 90, 600),

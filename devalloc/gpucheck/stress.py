@@ -245,13 +245,15 @@ def drained_problem(heap):
 
 
 def run(threads=None, rounds=200, seed=1, max_large=1 << 17, capacity=None, warps_per_sm=16,
-        block=256, page=None):
+        block=256, page=None, outline=None):
     """Launch :func:`stress_kernel` once on a fresh heap; return a dict of counts.
 
     ``threads`` None: every SM full with ``warps_per_sm`` warps (at most what
     is resident at once). ``capacity`` None: :func:`worst_case_capacity`, so
     that any NULL is a NULL while the heap had room. ``page``: the heap's
-    page (``Heap(page=)``; None: the default 16 KiB).
+    page (``Heap(page=)``; None: the default 16 KiB). ``outline``: the
+    heap's ``Heap(outline=)`` (True: the kernel compiles ``alloc``, ``free``
+    and scoped's chunk code as calls to one out-of-line copy each).
     """
     ps = L.PAGE_SHIFT if page is None else L.floor_log2(page)
     sized_for_room = capacity is None
@@ -265,7 +267,7 @@ def run(threads=None, rounds=200, seed=1, max_large=1 << 17, capacity=None, warp
     else:
         blocks, sms, per_sm = (threads + block - 1) // block, None, None
     cap = worst_case_capacity(threads, max_large, ps) if capacity is None else capacity
-    heap = devalloc.Heap(cap, page=page)
+    heap = devalloc.Heap(cap, page=page, outline=outline)
     out = cuda.to_device(np.zeros((threads, ROW), np.int64))
     t0 = time.perf_counter()
     stress_kernel[blocks, block](heap.ctx, rounds, seed, max_large, out)
@@ -280,6 +282,7 @@ def run(threads=None, rounds=200, seed=1, max_large=1 << 17, capacity=None, warp
         "threads": int(threads), "blocks": int(blocks), "block": block,
         "sms": sms, "blocks_per_sm": per_sm, "rounds": rounds, "seed": seed,
         "max_large": max_large, "capacity": int(u.capacity), "page": int(u.page),
+        "outline": bool(heap.outline),
         "sized_for_room": sized_for_room,
         "requests": int(totals[R_REQUESTS]), "allocs": int(totals[R_ALLOCS]),
         "nulls": int(totals[R_NULLS]), "bad_blocks": int(totals[R_BAD]),
