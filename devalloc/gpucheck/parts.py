@@ -187,9 +187,8 @@ def _junit(path):
 
 
 def stress(mode):
-    """The stress kernel: a heap sized for the worst case, then one of a third of its peak
-    (one page on the simulator), then one of 1 KiB pages sized for the worst case, then
-    (not in quick mode) the first again on a heap made with ``outline=True``."""
+    """The stress kernel: a heap sized for the worst case, one of a third of its peak (one
+    page on the simulator), 1 KiB pages, and (not quick) the first with ``outline=True``."""
     from . import stress as st
 
     rounds, warps, max_large = STRESS[mode]
@@ -211,26 +210,21 @@ def stress(mode):
     # for the same blocks; sized for the worst case, so no NULL either.
     small = st.run(threads=first["threads"], rounds=rounds, max_large=max_large,
                    block=first["block"], page=L.PAGE_MIN)
-    # Out of line (Heap(outline=True)): the same kernel compiled with one
-    # copy of alloc, free and scoped's chunk code that every site calls.
-    outlined = None
-    if mode != "quick":
-        outlined = st.run(threads=first["threads"], rounds=rounds, max_large=max_large,
-                          block=first["block"], outline=True)
-    wrong = [f"room: {w}" for w in st.verdict(first)] + \
-        [f"tight: {w}" for w in st.verdict(second)] + \
-        [f"1 KiB pages: {w}" for w in st.verdict(small)] + \
-        [f"outlined: {w}" for w in (st.verdict(outlined) if outlined else [])]
+    # Heap(outline=True): one copy of alloc, free, scoped's chunk code per kernel.
+    outlined = None if mode == "quick" else st.run(
+        threads=first["threads"], rounds=rounds, max_large=max_large, block=first["block"],
+        outline=True)
     runs = (first, second, small, outlined)
+    wrong = [f"{name}: {w}" for name, r in zip(("room", "tight", "1 KiB pages", "outlined"), runs)
+             if r for w in st.verdict(r)]
     fail_rate = second["nulls"] / max(1, second["requests"])
     summary = (f"{first['threads']} threads x {rounds} rounds: {first['allocs']} blocks "
                f"served, {first['bad_blocks']} bad, {first['nulls']} NULLs with room "
                f"(peak {first['peak'] / first['capacity']:.1%} of the heap); tight heap: "
-               f"{fail_rate:.0%} of requests failed, {second['bad_blocks']} bad; 1 KiB pages: "
-               f"{small['allocs']} served, {small['bad_blocks']} bad, {small['nulls']} NULLs "
-               f"with room; "
-               + (f"outlined: {outlined['allocs']} served, {outlined['bad_blocks']} bad, "
-                  f"{outlined['nulls']} NULLs with room; " if outlined else "")
+               f"{fail_rate:.0%} of requests failed, {second['bad_blocks']} bad; "
+               + "".join(f"{n}: {r['allocs']} served, {r['bad_blocks']} bad, {r['nulls']} "
+                         "NULLs with room; " for n, r in (("1 KiB pages", small),
+                                                          ("outlined", outlined)) if r)
                + "drained heaps consistent: "
                f"{'NO' if any(r and r['drained_problem'] for r in runs) else 'yes'}")
     return result("stress", "failed" if wrong else "passed", summary, room=first,

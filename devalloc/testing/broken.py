@@ -94,7 +94,7 @@ def reserve_plain_update(meta, npages, p, c, want, prof):
     write their increment: both get the same block.
     """
     idx = L.STATE_BASE + p
-    tag = L.slab_tag(c)
+    tag = int(L.slab_tag(c))  # _find passes a 32-bit class: Python ints below
     cap = int(_blocks(meta, c))
     want = int(want)  # _find passes a 32-bit count
     s = meta[idx]
