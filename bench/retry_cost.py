@@ -48,11 +48,13 @@ CONTENDED = {
         ("device/slab.py", "return _grant_offset(g, uint32(0), c, _pshift(meta))"),
     )),
     "bump_lost1": ("bump", "bump(ctx, n), one lost cas on the bump word", (
-        ("device/bumpalloc.py", "base = _claim(meta, npages, size * lanes, lanes, _prof_of(ctx))"),
-        ("device/bumpalloc.py", "old = _acquire_cas(meta, L.H_BUMP, w,"),
-        ("device/bumpalloc.py", "cursor = L.bump_cursor(w)"),
-        ("device/bumpalloc.py", "old = _acquire_cas(meta, L.H_BUMP, w,"),
-        ("device/bumpalloc.py", "return (page << L.PAGE_SHIFT) + cursor"),
+        # _claim_fast's inline try loses; _claim (out of line when outlined)
+        # reads the word again and wins.
+        ("device/bumpalloc.py", "base = _claim_fast(meta, npages, size * lanes, lanes, _prof_of(ctx))"),
+        ("device/bumpalloc.py", "+ total)  # fast try"),
+        ("device/bumpalloc.py", "return _claim_out(meta, npages, total, cnt, prof)"),
+        ("device/bumpalloc.py", "count = L.bump_count(w)"),
+        ("device/bumpalloc.py", "return (page << _pshift(meta)) + cursor"),
         ("device/bumpalloc.py", "off = base + rank * size"),
     )),
 }

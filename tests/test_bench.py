@@ -210,6 +210,21 @@ def test_gpu_throughput_kernels_compile_for_sm90():
     assert (by_name["touch"]["atomics"], by_name["check"]["atomics"]) == (0, 1)
 
 
+
+@pytest.mark.slow
+def test_retry_cost_walks_every_contended_path():
+    # Its waypoints name lines of the device code: a change there must not
+    # leave a path unwalkable (bump_lost1 was, after bump's inline first try).
+    proc = subprocess.run([sys.executable, str(BENCH / "retry_cost.py")], capture_output=True,
+                          text=True, env=_real_target_env(), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout)["paths"]
+    assert set(got) == {"alloc_fresh_slab_lost1", "alloc_reuse_lost_bits", "bump_lost1"}
+    for name, r in got.items():
+        # A lost race costs the loser more than the uncontended path, and
+        # less than the uncontended path again (measured: +38, +55, +41).
+        assert 0 < r["retry_cost"] < r["uncontended_instructions"], (name, r)
+
 def test_gpu_throughput_heaps_hold_one_iterations_live_set():
     import gpu_throughput as G
 

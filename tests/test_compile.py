@@ -153,7 +153,9 @@ def test_registers_for_every_way_of_passing_a_size_sm90(probe_result):
     assert by["alloc"]["registers"] <= 40, by["alloc"]
     assert by["alloc_const"]["registers"] <= 40, by["alloc_const"]
     # Issue 28: one alloc site <= 36 registers (measured 32 since the
-    # search's hoisted values went, docs/outline.md "Lowered"; was 40).
+    # search's hoisted values went, docs/outline.md "Lowered"; was 40; 34
+    # since the index's arithmetic is 32-bit, same 40-register allocation
+    # unit: tools/occupancy.py).
     assert by["alloc_per_thread"]["registers"] <= 36, by["alloc_per_thread"]
     assert by["alloc_view_free_per_thread"]["registers"] <= 44, by["alloc_view_free_per_thread"]
 
@@ -170,9 +172,11 @@ def test_registers_for_every_way_of_passing_a_size_sm90(probe_result):
 #: claim's loop (bumpalloc._claim_fast) took its path from 156 to 127.
 #: Issue 28 (registers): the search's hoisted values gone (docs/outline.md,
 #: "Lowered") took alloc's paths from 164 to 148 and 250 to 236, scoped's
-#: from 139 to 137.
-PATHS = {"alloc_fresh_slab": 148, "alloc_reuse": 236, "free_lone": 120,
-         "free_warp32": 141, "bump": 127, "scoped": 137}
+#: from 139 to 137; the index's 32-bit arithmetic (docs/outline.md) moved
+#: alloc_reuse to 238 and scoped to 140 (register allocation: neither path
+#: runs the index's code).
+PATHS = {"alloc_fresh_slab": 148, "alloc_reuse": 238, "free_lone": 120,
+         "free_warp32": 141, "bump": 127, "scoped": 140}
 
 
 @pytest.mark.slow

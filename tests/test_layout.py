@@ -338,3 +338,27 @@ def test_slab_lowest_bits_is_layouts_in_32_bits(m):
 
     for k in (0, 1, 2, 5, 32):
         assert int(slab._lowest.py_func(np.uint32(m), k)) == L.lowest_bits(m, k)
+
+
+@pytest.mark.parametrize("npages", [1, 2, 31, 32, 33, 1023, 1024, 1025, 32768, 32769,
+                                    L.MAX_PAGES - 1, L.MAX_PAGES])
+def test_index_level_sizes_in_32_bits_are_layouts(npages):
+    # The device's 32-bit ceilings ((n - 1) >> 5) + 1, no carry into bit 32,
+    # against layout's (n + 31) >> 5 (docs/outline.md, "32-bit index arithmetic").
+    import numpy as np
+
+    from devalloc.device import index
+
+    assert int(index._words_above.py_func(np.int64(npages))) == L.level_words(npages, 0)
+    for j in range(L.TREE_LEVELS):
+        start, n = index._level.py_func(np.int64(npages), j)
+        assert (int(start), int(n)) == (L.level_start(npages, j), L.level_words(npages, j)), j
+
+
+@pytest.mark.parametrize("n", [1, 2, 32, 33, 2**25, 2**31, 2**32 - 31, 2**32 - 1])
+def test_words_above_is_a_ceiling_up_to_2_to_the_32(n):
+    import numpy as np
+
+    from devalloc.device import index
+
+    assert int(index._words_above.py_func(np.uint32(n))) == -(-n // 32)

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 SCRIPT = """
-import json, sys
+import json, re, sys
 from numba import types
 import devalloc
 from devalloc.ctx import ctx_type_for
@@ -31,7 +31,8 @@ for name in sys.argv[1].split(","):
         r = aot.assemble(ptx, (9, 0))
         rows.append({"kernel": name, "page": label, "registers": r.registers,
                      "spill": r.spill_bytes, "stack": r.stack_bytes,
-                     "sass": r.sass_instructions, "atomics": r.sass_atomics})
+                     "sass": r.sass_instructions, "atomics": r.sass_atomics,
+                     "ptx_atomics": len(re.findall(r"^\\s*(?:atom|red)\\.", ptx, re.M))})
 print(json.dumps(rows))
 """
 
@@ -50,7 +51,9 @@ def _check(by, kernel, pages, budget):
         r = by[(kernel, page)]
         assert r["spill"] == 0 and r["stack"] == 0, r
         assert r["registers"] <= budget, r
-        assert r["atomics"] == base["atomics"], (r, base)  # the same operations
+        # The same operations: the PTX's atomics (ptxas may duplicate one
+        # into two branches, e.g. 27 and 28 SASS atomics for free).
+        assert r["ptx_atomics"] == base["ptx_atomics"], (r, base)
         # The page is a constant: the code is the default page's, but for
         # the constants (measured sm_90: +0 to +8 SASS instructions).
         assert r["sass"] <= base["sass"] * 1.01, (r, base)
@@ -59,12 +62,12 @@ def _check(by, kernel, pages, budget):
 #: The 16 KiB page's figures of the probe kernels (sm_90, numba-cuda 0.30.4,
 #: CUDA 13: ``python -m devalloc.probes --cc 90``), for the fast test, which
 #: compiles the 1 KiB page only.
-ALLOC_VIEW_FREE_16K = {"sass": 4704, "atomics": 131}
+ALLOC_VIEW_FREE_16K = {"sass": 4480, "atomics": 133}
 
 
 def test_alloc_view_free_compiles_alike_on_1_kib_pages():
-    # Measured sm_90: 46 registers on 1 KiB pages, 40 on 16 KiB (the budget
-    # of test_compile.py is 52); 4,712 SASS instructions against 4,704.
+    # Measured sm_90: 40 registers on 1 KiB pages and on 16 KiB (the budget
+    # of test_compile.py is 52); 4,488 SASS instructions against 4,480.
     r = _compile(["alloc_view_free"], ["10"])[("alloc_view_free", "10")]
     assert r["spill"] == 0 and r["stack"] == 0, r
     assert r["registers"] <= 52, r
@@ -86,4 +89,4 @@ def test_every_operation_compiles_alike_for_every_page():
     for kernel in ("alloc", "free", "alloc_view_free", "bump", "scoped"):
         r = by[(kernel, "plain")]
         assert r["spill"] == 0 and r["stack"] == 0, r
-        assert r["atomics"] == by[(kernel, "14")]["atomics"], r
+        assert r["ptx_atomics"] == by[(kernel, "14")]["ptx_atomics"], r

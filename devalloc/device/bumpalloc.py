@@ -106,7 +106,7 @@ def _claim_fast(meta, npages, total, cnt, prof):
             and L.bump_count(w) + cnt <= L.BUMP_COUNT_MAX):
         # H_BUMP: cas, as in _claim (acquire: the chunk's pages as their
         # installer took them).
-        old = _acquire_cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)
+        old = _acquire_cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)  # fast try
         if old == w:
             return cursor + (page << _pshift(meta))
         _pcount(prof, L.P_CAS_RETRIES, 1)

@@ -26,18 +26,28 @@ from ._meta import _at, _lo32, _load, _popc32
 
 
 @cuda.jit(device=True)
+def _words_above(n):
+    """ceil(n / 32) for ``1 <= n < 2**32``, in 32-bit arithmetic.
+
+    ``(n + 31) >> 5`` would carry into bit 32 for n near 2**32, so NVVM keeps
+    it in 64 bits (a register pair and two instructions more per level).
+    """
+    return uint32(uint32(uint32(n - 1) >> L.WORD_SHIFT) + 1)
+
+
+@cuda.jit(device=True)
 def _counts_add(meta, base, npages, w, delta):
     """Add ``delta`` to the count above level-0 word ``w`` at every level.
 
     One ``add`` per level above level 0 (none in a heap of up to 32 pages).
     """
     # 32-bit: metadata indices are below 2**31 (64-bit ones cost registers).
-    n = uint32((npages + L.TREE_FANOUT - 1) >> L.WORD_SHIFT)
+    n = _words_above(npages)
     b = uint32(base)
     i = uint32(w)
     while n > 1:
         b = uint32(b + n)
-        n = uint32((n + L.TREE_FANOUT - 1) >> L.WORD_SHIFT)
+        n = _words_above(n)
         i = uint32(i >> L.WORD_SHIFT)
         # Count word: add, races with every update of a bit under it.
         cuda.atomic.add(meta, _at(b + i), delta)
@@ -104,16 +114,18 @@ def _index_find(meta, base, npages, w, up):
             end = min(int32(i | (L.TREE_FANOUT - 1)), int32(n - 1))
         else:
             end = max(int32(i & ~(L.TREE_FANOUT - 1)), int32(0))
-        v = int64(0)
+        v = uint32(0)
         while (i <= end) if up else (i >= end):
             if i >= 0 and i < n:
-                v = _load(meta, _at(base + start + i))  # guess, validated by the caller's atomics
+                # A guess, validated by the caller's atomics. 32 bits: a
+                # level-0 word uses 32, a count is below 2**31 (MAX_PAGES).
+                v = _lo32(_load(meta, _at(base + start + i)))
                 if v != 0:
                     break
             i = int32(i + step)
         if v != 0:
             if j == 0:
-                return i, _lo32(v)  # a level-0 word: 32 bits used
+                return i, v  # a level-0 word: 32 bits used
             j = int32(j - 1)  # down: the first (up) or last (down) word under i
             i = int32(i << L.WORD_SHIFT)
             if not up:
@@ -136,11 +148,11 @@ def _level(npages, j):
     one ceiling): straight-line code with a constant trip count, no chain
     from one level to the next (a loop over j cost registers).
     """
-    m = uint32(npages)
+    m1 = uint32(npages - 1)  # ceil(m / k) = (m - 1) // k + 1 for m >= 1: no carry
     start = uint32(0)
-    n = uint32((m + uint32(L.TREE_FANOUT - 1)) >> L.WORD_SHIFT)
+    n = uint32(uint32(m1 >> L.WORD_SHIFT) + 1)
     for i in range(1, L.TREE_LEVELS):
         if i <= j:
             start = uint32(start + n)
-            n = uint32((m + uint32((1 << (L.WORD_SHIFT * (i + 1))) - 1)) >> (L.WORD_SHIFT * (i + 1)))
+            n = uint32(uint32(m1 >> (L.WORD_SHIFT * (i + 1))) + 1)
     return int32(start), int32(n)

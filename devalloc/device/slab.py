@@ -116,7 +116,7 @@ def _pick(meta, npages, p, cap, want, anchor):
     """
     # Hidden from the optimiser: a constant size would make the trip count
     # constant, and the unrolled loop's addresses would stay live (_opaque).
-    nw = _opaque(uint32((cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT))
+    nw = _opaque(uint32(uint32(cap + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT))  # cap < 2**16: no carry
     w = _scatter(_warp_number(anchor), nw)
     p = _tie(p, anchor)
     for _ in range(int32(nw)):
@@ -294,7 +294,7 @@ def _retire(meta, npages, p, s, prof):
         _pcount(prof, L.P_CAS_RETRIES, 1)
         return 0
     _pcount(prof, L.P_SLABS_RETIRED, 1)
-    for w in range((L.slab_cursor(s) + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT):
+    for w in range(uint32(uint32(L.slab_cursor(s) + L.BITS_PER_WORD - 1) >> L.WORD_SHIFT)):
         _store(meta, _at(_bitmap_word(meta, npages, p, w)), 0)  # bitmap: RETIRING, ours
     # State word: exch on a page only we may change.
     _release_exch(meta, _at(idx), L.state_keep_count(s))

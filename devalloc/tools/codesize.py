@@ -21,7 +21,7 @@ import numpy as np
 from numba import cuda
 
 import devalloc
-from devalloc.tools import aot
+from devalloc.tools import aot, occupancy
 
 # The kernels: k sites of one operation, per-thread arguments (out[i]).
 
@@ -188,7 +188,10 @@ def measure(cc=(9, 0), ops=None, sig=None, timing=True, max_registers=None, outl
     (``Heap(outline=)``: True out of line, False inline; None the process
     default, ``DEVALLOC_OUTLINE``).
     A row: ``sass_instructions``, ``registers``, ``spill_bytes``,
-    ``stack_bytes``, ``calls`` (SASS ``CALL`` instructions) and, with
+    ``stack_bytes``, ``calls`` (SASS ``CALL`` instructions),
+    ``allocated_registers`` and ``warps_per_sm`` (what the registers cost in
+    resident warps: :mod:`devalloc.tools.occupancy`; None for a cc it does
+    not know) and, with
     ``timing``, ``numba_seconds`` and ``ptxas_seconds``. ``max_registers``
     assembles as ``@cuda.jit(max_registers=N)`` would (ptxas
     ``-maxrregcount``).
@@ -205,7 +208,13 @@ def measure(cc=(9, 0), ops=None, sig=None, timing=True, max_registers=None, outl
                 r = aot.assemble(ptx, cc, max_registers)
             row = {"sass_instructions": r.sass_instructions, "registers": r.registers,
                    "spill_bytes": r.spill_bytes, "stack_bytes": r.stack_bytes,
-                   "calls": r.sass_calls}
+                   "calls": r.sass_calls,
+                   # What the registers cost: the SM's allocation (units of
+                   # 8 per thread) and the warps it keeps resident (256-thread
+                   # blocks, registers alone): tools/occupancy.py.
+                   "allocated_registers": occupancy.allocated(r.registers),
+                   "warps_per_sm": (occupancy.warps_per_sm(r.registers, cc)
+                                    if tuple(cc) in occupancy.MAX_WARPS else None)}
             if timing:
                 row["numba_seconds"] = round(numba_s, 3)
                 row["ptxas_seconds"] = round(ptxas_s, 3)
