@@ -132,10 +132,13 @@ INLINE_ALLOC_REGISTERS = {"1": 36, "4": 47}
 
 @pytest.mark.slow
 def test_an_extra_inline_call_site_costs_no_more_than_measured():
-    got = _measure(sorted(INLINE_SITE), outlined=False)
+    got = _measure(sorted(codesize.KERNELS), outlined=False)
     for op, limit in INLINE_SITE.items():
-        e = got[op]
-        assert e["per_extra_site"] <= limit, (op, e)
+        assert got[op]["per_extra_site"] <= limit, (op, got[op])
+    for op, e in got.items():
+        # Every site inlined whole: no call, so no stack frame (four scoped
+        # sites had two calls and a 32-byte frame before api.scoped was
+        # forceinline), no spill.
         for k, r in e["sites"].items():
             assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0 and r["calls"] == 0, (op, k, r)
     for k, limit in INLINE_ALLOC_REGISTERS.items():
