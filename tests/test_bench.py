@@ -210,7 +210,6 @@ def test_gpu_throughput_kernels_compile_for_sm90():
     assert (by_name["touch"]["atomics"], by_name["check"]["atomics"]) == (0, 1)
 
 
-
 @pytest.mark.slow
 def test_retry_cost_walks_every_contended_path():
     # Its waypoints name lines of the device code: a change there must not
@@ -224,6 +223,7 @@ def test_retry_cost_walks_every_contended_path():
         # A lost race costs the loser more than the uncontended path, and
         # less than the uncontended path again (measured: +38, +55, +41).
         assert 0 < r["retry_cost"] < r["uncontended_instructions"], (name, r)
+
 
 def test_gpu_throughput_heaps_hold_one_iterations_live_set():
     import gpu_throughput as G

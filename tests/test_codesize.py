@@ -136,11 +136,16 @@ def test_an_extra_inline_call_site_costs_no_more_than_measured():
     for op, limit in INLINE_SITE.items():
         assert got[op]["per_extra_site"] <= limit, (op, got[op])
     for op, e in got.items():
-        # Every site inlined whole: no call, so no stack frame (four scoped
-        # sites had two calls and a 32-byte frame before api.scoped was
-        # forceinline), no spill.
         for k, r in e["sites"].items():
-            assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0 and r["calls"] == 0, (op, k, r)
+            assert r["spill_bytes"] == 0, (op, k, r)
+            if (op, k) == ("scoped", "4"):
+                # NVVM keeps two of four scoped sites as calls (Numba's
+                # convention returns through a stack slot: 32 bytes, no
+                # spill); forceinline would take them in but lengthen the
+                # walked scoped path by 26 instructions (docs/outline.md).
+                assert r["stack_bytes"] <= 32 and r["calls"] <= 2, (op, k, r)
+            else:  # every site inlined whole: no call, no stack frame
+                assert r["stack_bytes"] == 0 and r["calls"] == 0, (op, k, r)
     for k, limit in INLINE_ALLOC_REGISTERS.items():
         assert got["alloc"]["sites"][k]["registers"] <= limit, got["alloc"]
     _check_register_units(got["alloc"])

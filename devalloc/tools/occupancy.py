@@ -7,8 +7,9 @@ keeps as many warps resident as one of 40, and 41 to 48 as many as 48.
 :func:`allocated` gives that figure and :func:`warps_per_sm` the warps an SM
 can keep resident as far as registers allow (blocks of ``block`` threads,
 each block's registers taken whole, at most the architecture's warps and
-blocks per SM; shared memory, the kernel's own, is not counted). The constants are the architectures'
-published limits (CUDA C++ Programming Guide, "Compute Capabilities").
+blocks per SM; shared memory, the kernel's own, is not counted). The
+constants are the architectures' published limits (CUDA C++ Programming
+Guide, "Compute Capabilities").
 No GPU, no Numba: :mod:`devalloc.tools.codesize` reports both beside each
 register count.
 """
