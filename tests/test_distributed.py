@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dask
 import distributed  # in the [test] extra
 import numpy as np
 import pytest
@@ -46,8 +47,14 @@ def grab(ctx, nbytes, offs):
 
 @pytest.fixture(scope="module")
 def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
+    # No heartbeat deadline (worker-ttl): on a loaded machine a worker busy
+    # in a simulated launch once missed its heartbeats for 562 s, and the
+    # scheduler restarted it, its heap and counts with it, mid-test (a demo
+    # reported 8 allocations of 16). A worker that dies is still seen at once:
+    # its connection closes.
+    with dask.config.set({"distributed.scheduler.worker-ttl": None}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                     dashboard_address=None) as cluster, \
             distributed.Client(cluster) as c:
         yield c
 
