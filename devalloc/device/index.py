@@ -62,13 +62,14 @@ def _index_set(meta, base, npages, w, mask):
     one ``or``, and the counts lowered again by the bits that were set
     already.
     """
-    _counts_add(meta, base, npages, w, _popc32(mask))
+    m = _lo32(mask)  # 32 bits live across the counts' adds: registers
+    _counts_add(meta, base, npages, w, _popc32(m))
     # Level-0 word: or, races with other setters and with clearers' and.
-    old = cuda.atomic.or_(meta, _at(base + w), mask)
-    dup = old & mask
+    old = cuda.atomic.or_(meta, _at(base + w), int64(m))
+    dup = uint32(_lo32(old) & m)
     if dup:
         _counts_add(meta, base, npages, w, -_popc32(dup))
-    return mask & ~old
+    return int64(uint32(m & ~_lo32(old)))
 
 
 @cuda.jit(device=True)
@@ -80,10 +81,11 @@ def _index_clear(meta, base, npages, w, mask):
     one ``and``, then the counts' ``add``s.
     """
     # Level-0 word: and, races with setters' or and other clearers' and.
-    got = cuda.atomic.and_(meta, _at(base + w), ~mask & L.WORD_MASK) & mask
+    m = _lo32(mask)
+    got = uint32(_lo32(cuda.atomic.and_(meta, _at(base + w), int64(uint32(~m)))) & m)
     if got:
         _counts_add(meta, base, npages, w, -_popc32(got))
-    return got
+    return int64(got)
 
 
 @cuda.jit(device=True)

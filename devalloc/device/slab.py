@@ -327,12 +327,15 @@ def _room_drop(meta, npages, c, p):
     left unmarked once every thread is done. Atomics: the clear's ``and``
     (and counts); the mark's when room reappeared.
     """
-    base = L.room_tree(npages, c, _pshift(meta))
-    bit = int64(1) << (p & (L.BITS_PER_WORD - 1))
-    if _index_clear(meta, base, npages, p >> L.WORD_SHIFT, bit):
+    if _index_clear(meta, L.room_tree(npages, c, _pshift(meta)), npages, p >> L.WORD_SHIFT,
+                    int64(1) << (p & (L.BITS_PER_WORD - 1))):
         s = _load(meta, _at(L.state_word(p)))  # look again (a guess: at worst a stale mark)
         if L.state_tag(s) == L.slab_tag(c) and L.slab_live(s) < _blocks(meta, c):
-            _index_set(meta, base, npages, p >> L.WORD_SHIFT, bit)
+            # The index and bit computed again, not kept live across the
+            # clear (registers): _opaque keeps NVVM from reusing them.
+            q = _opaque(p)
+            _index_set(meta, L.room_tree(_opaque(npages), c, _pshift(meta)), npages,
+                       q >> L.WORD_SHIFT, int64(1) << (q & (L.BITS_PER_WORD - 1)))
 
 
 @cuda.jit(device=True)
