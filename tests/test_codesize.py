@@ -140,9 +140,10 @@ def test_an_extra_inline_call_site_costs_no_more_than_measured():
             assert r["spill_bytes"] == 0, (op, k, r)
             if (op, k) == ("scoped", "4"):
                 # NVVM keeps two of four scoped sites as calls (Numba's
-                # convention returns through a stack slot: 32 bytes, no
-                # spill); forceinline would take them in but lengthen the
-                # walked scoped path by 26 instructions (docs/outline.md).
+                # convention returns through a stack slot: 8 bytes measured,
+                # 32 before the index's 32-bit masks; no spill); forceinline
+                # would take them in but lengthen the walked scoped path by
+                # 26 instructions (docs/outline.md).
                 assert r["stack_bytes"] <= 32 and r["calls"] <= 2, (op, k, r)
             else:  # every site inlined whole: no call, no stack frame
                 assert r["stack_bytes"] == 0 and r["calls"] == 0, (op, k, r)
@@ -155,6 +156,26 @@ def test_an_extra_inline_call_site_costs_no_more_than_measured():
 
 #: Issue 28's register limits: one alloc site <= 36, four <= 44.
 ISSUE_REGISTERS = {"1": 36, "4": 44}
+
+CAPPED = """
+import json, sys
+from devalloc.tools import codesize
+print(json.dumps(codesize.measure((9, 0), ["alloc"], timing=False, outline=True,
+                                  max_registers=int(sys.argv[1]))))
+"""
+
+
+@pytest.mark.slow
+def test_four_outlined_alloc_sites_fit_the_limit_when_the_kernel_asks():
+    # Out of line, four alloc sites take 48 registers unasked (the kernel's
+    # values live across the later calls beside the body's); a kernel that
+    # asks for issue 28's 44 (@cuda.jit(max_registers=44), ptxas
+    # -maxrregcount) gets it with no spill and no stack, at the same size
+    # (measured 3,568 SASS either way). The README says so to users.
+    got = _run(CAPPED, [str(ISSUE_REGISTERS["4"])], True)["alloc"]["sites"]
+    for k, r in got.items():
+        assert r["registers"] <= ISSUE_REGISTERS["4"], (k, r)
+        assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, (k, r)
 
 
 def _check_register_units(alloc):
