@@ -81,7 +81,7 @@ def _index_clear(meta, base, npages, w, mask):
     one ``and``, then the counts' ``add``s.
     """
     # Level-0 word: and, races with setters' or and other clearers' and.
-    m = _lo32(mask)
+    m = _lo32(mask)  # a level-0 word uses 32 bits: no register pair kept live
     got = uint32(_lo32(cuda.atomic.and_(meta, _at(base + w), int64(uint32(~m)))) & m)
     if got:
         _counts_add(meta, base, npages, w, -_popc32(got))
