@@ -389,6 +389,27 @@ def test_a_converged_warp_bumping_one_size_costs_one_atomic():
     assert heap.usage().bump_allocs == 96
 
 
+def test_a_warp_whose_sizes_overflow_one_chunk_together_claims_lane_by_lane():
+    # 32 lanes of 16 KiB: each fits a chunk (under half of it), the group's
+    # 512 KiB does not: every lane claims alone (rank 0, a group of one),
+    # through the same claim as a group's leader.
+    from devalloc.sim import warp
+
+    pages = 64
+    chunk_bytes = L.bump_chunk_pages(pages) << L.PAGE_SHIFT
+    size = 16 << 10
+    assert 2 * size <= chunk_bytes < 32 * size
+    heap = devalloc.Heap(L.capacity_for_pages(pages))
+    out = cuda.device_array(32, np.int64)
+    with warp.simulate("warp"):
+        bump_same_size[1, 32](heap.ctx, size, out)
+    offs = np.sort(out.copy_to_host())
+    assert (offs != devalloc.NULL).all() and (offs % 16 == 0).all()
+    assert (np.diff(offs) >= size).all()  # disjoint
+    u = heap.usage()
+    assert u.bump_allocs == 32 and u.failed == 0
+
+
 @COUNTS_ATOMICS
 def test_bump_in_single_lane_mode_costs_one_cas_per_lane():
     from devalloc.sim.atomics import count_atomics

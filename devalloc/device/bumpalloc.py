@@ -146,17 +146,20 @@ def bump(ctx, nbytes):
                 _pcount(_prof_of(ctx), L.P_FAILED_FULL, 1)  # no run: proved full
         else:
             mask, leader, rank, lanes = warp.group(size)
-            if size * lanes <= chunk_bytes:
-                base = int64(L.NULL)
-                if rank == 0:
-                    base = _claim_fast(meta, npages, size * lanes, lanes, _prof_of(ctx))
-                if lanes > 1:  # a lane alone has nobody to tell
-                    base = warp.share(mask, leader, base)
-                    warp.sync(mask)  # the leader's acquire before each lane's accesses
-                if base != L.NULL:
-                    off = base + rank * size
-            else:
-                off = _claim_fast(meta, npages, size, 1, _prof_of(ctx))
+            if size * lanes > chunk_bytes:
+                # Too much for one chunk together: each lane a group of its
+                # own. (One call of _claim_fast for both cases: its inline
+                # code once per site, not twice.)
+                rank = 0
+                lanes = 1
+            base = int64(L.NULL)
+            if rank == 0:
+                base = _claim_fast(meta, npages, size * lanes, lanes, _prof_of(ctx))
+            if lanes > 1:  # a lane alone has nobody to tell
+                base = warp.share(mask, leader, base)
+                warp.sync(mask)  # the leader's acquire before each lane's accesses
+            if base != L.NULL:
+                off = base + rank * size
     if off == L.NULL:
         _count(meta, L.S_FAILED)
     return off
