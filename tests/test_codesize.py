@@ -85,7 +85,8 @@ def test_outline_is_the_function_itself_on_the_simulator():
 #: bump 49/59/64, scoped 54/70/80; since the index's masks are 32-bit
 #: ("32-bit masks across the count updates"): alloc 36/44/48, view 38/48/48,
 #: scoped 53/70/80; since one call of the claim serves a group's leader and
-#: a lane alone ("One claim per bump site"): bump 50/60/61, 240 per site.
+#: a lane alone, and scoped's two chunk allocs are one call ("One slow
+#: path per site"): bump 50/60/61, 240 per site; scoped 51/71/78.
 #: Pinned: the issue's site limits (400 for alloc and what builds on it,
 #: 150 for free), registers as measured + 2, and its register
 #: limit for one alloc site (36, met). Its limit for four (44) does not

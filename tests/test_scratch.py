@@ -469,3 +469,36 @@ def test_scoped_chunks_on_a_debug_heap_have_guards():
     live = heap.live()
     assert len(live) == 1 and live[0][1] == 4 * 112 + L.SCOPE_HEADER  # requested chunk size
     heap.check()  # guards intact
+
+
+@cuda.jit
+def one_scope(ctx, n, out):
+    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    off, s = devalloc.scoped(ctx, s, n)
+    out[0] = off
+    out[1] = s
+
+
+@pytest.mark.parametrize("free_pages, served", [(1, True), (0, False)])
+def test_a_new_chunk_retries_the_exact_size_once_and_counts_one_request(free_pages, served):
+    # The preferred chunk (4 n + header: three pages) cannot be had; the
+    # exact one (n + header: one page) can when a page is free. One request:
+    # at most one failure counted, and the first try's failed_full taken
+    # back (it fitted the arena, so the search proved it).
+    from devalloc.testing.churn import fill_pages
+
+    pages = 8
+    n = L.PAGE // 2
+    assert L.SCOPE_HEADER + n <= L.PAGE < 4 * n + L.SCOPE_HEADER <= 3 * L.PAGE
+    heap = devalloc.Heap(pages * L.PAGE, profile=True)
+    assert heap.npages == pages
+    fill_pages(heap, pages - free_pages)
+    out = cuda.to_device(np.zeros(2, np.int64))
+    one_scope[1, 1](heap.ctx, n, out)
+    off, _ = out.copy_to_host()
+    u = heap.usage()
+    assert (off != devalloc.NULL) == served, off
+    assert u.failed == (0 if served else 1), u
+    assert u.profile["failed_full"] == (0 if served else 1), u.profile
+    if served:  # the exact size: one page, the chunk's bytes n + header
+        assert u.scoped_chunks == 1 and u.scoped_bytes == L.PAGE, u

@@ -107,20 +107,29 @@ def _new_chunk(ctx, prev, size, have):
     when the preferred size fails and a smaller retry is made, one of the
     two failures ``alloc`` counted is taken back: one request, one count
     (and, on a profiled heap, the first try's ``failed_full`` when it could
-    fit the arena: the one the search proved).
+    fit the arena: the one the search proved). Atomics: ``alloc``'s, at
+    most twice, and on success the three striped counter ``add``s.
     """
     meta = ctx.meta
-    need = size + L.SCOPE_HEADER
     want = max(2 * have, 4 * size + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK)
     want = min(want, L.SCOPE_MAX_CHUNK)
-    new = chunks.chunk_alloc(ctx, want)
-    if new == L.NULL and need < want:
-        first = want
-        want = need
+    # Whether the preferred size fitted the arena (a failure of it then is
+    # the one the search proved); decided before the tries, so that it
+    # and not the size stays live across them.
+    fitted = want + L.GUARD <= (_npages(ctx) << _pshift(meta))
+    retried = False
+    # At most two tries, through one call: inline, each call site is a
+    # whole copy of alloc (docs/outline.md, "One slow path per site").
+    while True:
         new = chunks.chunk_alloc(ctx, want)
+        if new != L.NULL or retried or want <= size + L.SCOPE_HEADER:
+            break
+        want = size + L.SCOPE_HEADER  # the smaller retry
+        retried = True
+    if retried:
         # Failure stripe: add -1; two tries are one request, counted at most once.
         cuda.atomic.add(meta, L.stripe_word(_stripe(), L.S_FAILED), -1)
-        if first + L.GUARD <= (_npages(ctx) << _pshift(meta)):  # the first try fitted the arena
+        if fitted:
             _pcount(_prof_of(ctx), L.P_FAILED_FULL, -1)
     if new == L.NULL:
         return new
