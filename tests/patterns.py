@@ -1,4 +1,4 @@
-"""Device helpers the simulator tests share: thread ids and byte patterns.
+"""Device helpers the simulator tests share: thread ids, byte patterns, a held scope.
 
 A block owned by ``key`` holds ``pat(key, j)`` at byte ``j``; writers and
 checkers touch about 16 evenly spaced bytes and the last one, so a block
@@ -63,3 +63,15 @@ def pattern_ok(ctx, off, n, key):
     if a[n - 1] != pat(key, n - 1):
         return 0
     return 1
+
+
+@cuda.jit
+def hold_scope(ctx, nbytes, out):
+    """Open a scope, take one scoped block, keep the scope open.
+
+    ``out[0]``: the block's offset (or NULL); ``out[1]``: the state after.
+    """
+    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    off, s = devalloc.scoped(ctx, s, nbytes)
+    out[0] = off
+    out[1] = s

@@ -22,6 +22,7 @@ from numba.core.errors import TypingError
 import devalloc
 from devalloc.host import heap as host
 from devalloc import layout as L
+from patterns import hold_scope
 
 
 @cuda.jit
@@ -39,15 +40,6 @@ def alloc_one(ctx, nbytes, out):
 @cuda.jit
 def free_one(ctx, off):
     devalloc.free(ctx, off)
-
-
-@cuda.jit
-def hold_scope(ctx, nbytes, out):
-    # Opens a scope, takes one scoped block, keeps the scope open.
-    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)
-    off, s = devalloc.scoped(ctx, s, nbytes)
-    out[0] = off
-    out[1] = s
 
 
 @cuda.jit

@@ -7,6 +7,7 @@ from numba import cuda
 import devalloc
 from gpu_marks import COUNTS_ATOMICS
 from devalloc import layout as L
+from patterns import hold_scope
 
 
 @cuda.jit
@@ -471,14 +472,6 @@ def test_scoped_chunks_on_a_debug_heap_have_guards():
     heap.check()  # guards intact
 
 
-@cuda.jit
-def one_scope(ctx, n, out):
-    s = devalloc.mark(ctx, devalloc.SCOPE_NONE)
-    off, s = devalloc.scoped(ctx, s, n)
-    out[0] = off
-    out[1] = s
-
-
 @pytest.mark.parametrize("free_pages, served", [(1, True), (0, False)])
 def test_a_new_chunk_retries_the_exact_size_once_and_counts_one_request(free_pages, served):
     # The preferred chunk (4 n + header: three pages) cannot be had; the
@@ -494,7 +487,7 @@ def test_a_new_chunk_retries_the_exact_size_once_and_counts_one_request(free_pag
     assert heap.npages == pages
     fill_pages(heap, pages - free_pages)
     out = cuda.to_device(np.zeros(2, np.int64))
-    one_scope[1, 1](heap.ctx, n, out)
+    hold_scope[1, 1](heap.ctx, n, out)
     off, _ = out.copy_to_host()
     u = heap.usage()
     assert (off != devalloc.NULL) == served, off
