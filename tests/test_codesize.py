@@ -86,14 +86,16 @@ def test_outline_is_the_function_itself_on_the_simulator():
 #: ("32-bit masks across the count updates"): alloc 36/44/48, view 38/48/48,
 #: scoped 53/70/80; since one call of the claim serves a group's leader and
 #: a lane alone, and scoped's two chunk allocs are one call ("One slow
-#: path per site"): bump 50/60/61, 240 per site; scoped 51/71/78.
+#: path per site"): bump 50/60/61, 240 per site; scoped 51/71/78; since
+#: bump itself is the out-of-line body (its claim inline there): bump
+#: 46/56/52, 40 per site.
 #: Pinned: the issue's site limits (400 for alloc and what builds on it,
 #: 150 for free), registers as measured + 2, and its register
 #: limit for one alloc site (36, met). Its limit for four (44) does not
 #: hold: the values a kernel keeps live across a call add to the
 #: out-of-line body's (docs/outline.md).
 OUTLINED_SITE = {"alloc": 400, "free": 150, "view": 400, "bump": 400, "scoped": 400}
-OUTLINED_REGISTERS = {"alloc": 50, "free": 34, "view": 50, "bump": 66, "scoped": 81}
+OUTLINED_REGISTERS = {"alloc": 50, "free": 34, "view": 50, "bump": 58, "scoped": 81}
 #: One site out of line is no bigger than inline (3,480 and 728 SASS): 3,304
 #: and 688 measured (3,568 and 744 inline, 3,368 and 696 out of line before
 #: the index's 32-bit masks; 3,696 and 768 inline, 3,504 and 720 out of line
@@ -224,9 +226,10 @@ def test_frames_from_the_ptx_walk_the_inline_paths_as_nvdisasm_does():
 #: +17 % and +15 % with the whole of free out of line), bump (its first try is
 #: inline) -4 %, scoped (its current chunk's case is inline and calls
 #: nothing) -11 % (docs/outline.md). bump 122 -> 129 since one call of
-#: _claim_fast serves a group's leader and a lane alone (132 inline).
+#: _claim_fast serves a group's leader and a lane alone (132 inline), and
+#: 135 since bump itself is called (+2.3 %).
 OUTLINED_PATHS = {"alloc_fresh_slab": 156, "alloc_reuse": 244, "free_lone": 132,
-                  "free_warp32": 154, "bump": 129, "scoped": 125}
+                  "free_warp32": 154, "bump": 135, "scoped": 125}
 
 
 @pytest.mark.slow
@@ -239,9 +242,10 @@ def test_outlined_walked_paths():
     # The walks went into the out-of-line bodies (functions only they inline).
     assert "slab._reserve" in got["alloc_fresh_slab"]["by_function"], got["alloc_fresh_slab"]
     assert "slab._free_small" in got["free_lone"]["by_function"], got["free_lone"]
-    # bump's first try on the chunk is inline: its common path calls nothing.
+    # bump is called whole; its first try on the chunk is inline in the
+    # body, and the walk went there (the claim's loop is not on the path).
     assert "bumpalloc._claim_fast" in got["bump"]["by_function"], got["bump"]
-    assert "bumpalloc._claim" not in got["bump"]["by_function"], got["bump"]
+    assert got["bump"]["by_function"].get("bumpalloc._claim", 0) <= 1, got["bump"]
     # scoped's case of a chunk with room is inline: its path calls nothing.
     assert "scope._next_chunk" not in got["scoped"]["by_function"], got["scoped"]
 

@@ -95,7 +95,7 @@ if not config.ENABLE_CUDASIM:
     def _bump_impl(ctx, nbytes):
         if _kind_of_type(ctx) == _OBSERVED:
             return lambda ctx, nbytes: observe.bump(ctx, nbytes)
-        return lambda ctx, nbytes: _bump.bump(ctx, nbytes)
+        return lambda ctx, nbytes: _bump.bump_site(ctx, nbytes)
 
     @overload(mark, target="cuda")
     def _mark(ctx, s):

@@ -78,12 +78,6 @@ def _claim(meta, npages, total, cnt, prof):
         w = old
 
 
-#: The out-of-line copies (devalloc.device.outline; the functions themselves
-#: unless it is enabled): the claim, run by one lane of a group.
-_claim_out = outline(_claim)
-_alloc_pages_out = outline(_alloc_pages)
-
-
 @cuda.jit(device=True)
 def _claim_fast(meta, npages, total, cnt, prof):
     """:func:`_claim`, its first try on the current chunk inline.
@@ -92,11 +86,10 @@ def _claim_fast(meta, npages, total, cnt, prof):
     Atomics: one acquire ``cas`` on H_BUMP when the bytes fit in the current
     chunk and no other claim came between (the common case); otherwise (a
     lost ``cas``, counted as a retry; a full chunk) :func:`_claim` from a new
-    read of H_BUMP, out of line when devalloc.device.outline is enabled. A
-    lost ``cas`` means another claim changed H_BUMP: progress. Returns what
-    :func:`_claim` returns (NULL when no chunk's pages could be found).
-    Measured: the walked bump path 156 -> 127 SASS instructions inline,
-    181 -> 124 out of line (docs/outline.md).
+    read of H_BUMP. A lost ``cas`` means another claim changed H_BUMP:
+    progress. Returns what :func:`_claim` returns (NULL when no chunk's
+    pages could be found). Measured: the walked bump path 156 -> 127 SASS
+    instructions (docs/outline.md).
     """
     chunk_bytes = L.bump_chunk_pages(npages) << _pshift(meta)
     w = _load(meta, L.H_BUMP)  # guess, validated by the cas
@@ -110,7 +103,7 @@ def _claim_fast(meta, npages, total, cnt, prof):
         if old == w:
             return cursor + (page << _pshift(meta))
         _pcount(prof, L.P_CAS_RETRIES, 1)
-    return _claim_out(meta, npages, total, cnt, prof)
+    return _claim(meta, npages, total, cnt, prof)
 
 
 @cuda.jit(device=True)
@@ -137,8 +130,8 @@ def bump(ctx, nbytes):
         size = L.align_up(n)
         chunk_bytes = L.bump_chunk_pages(npages) << _pshift(meta)
         if size * 2 > chunk_bytes:
-            q = _alloc_pages_out(meta, _opaque(npages), L.pages_for(size, _pshift(meta)),
-                                 L.TAG_BUMP, _prof_of(ctx))
+            q = _alloc_pages(meta, _opaque(npages), L.pages_for(size, _pshift(meta)),
+                             L.TAG_BUMP, _prof_of(ctx))
             if q >= 0:
                 cuda.atomic.add(meta, L.H_BUMP_DONE, 1)  # H_BUMP_DONE: add
                 off = q << _pshift(meta)
@@ -163,3 +156,10 @@ def bump(ctx, nbytes):
     if off == L.NULL:
         _count(meta, L.S_FAILED)
     return off
+
+
+#: What the public dispatchers call (``api.bump``, ``observe.bump``): ``bump``
+#: itself, or, with outlining on, one out-of-line copy per kernel that every
+#: site calls (its claim and page search inline in that copy: a call inside
+#: the call cost registers, docs/outline.md).
+bump_site = outline(bump)

@@ -100,7 +100,7 @@ def free(ctx, off):
 @cuda.jit(device=True)
 def bump(ctx, nbytes):
     """Observed ``bump``: see :func:`devalloc.device.bumpalloc.bump`; plus a record."""
-    off = _bump.bump(ctx, nbytes)
+    off = _bump.bump_site(ctx, nbytes)
     if off == L.NULL:
         _failed(ctx, nbytes, _arena_bytes(ctx))
     _record(ctx, _seq(ctx), L.OP_BUMP, nbytes, off)

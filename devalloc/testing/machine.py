@@ -529,7 +529,7 @@ def installed(overrides=None):
     try:
         home = {}
         # id of an overridden dispatcher -> its name: another global bound to
-        # the same object is an alias (``_claim_out = outline(_claim)``, the
+        # the same object is an alias (``bump_site = outline(bump)``, the
         # function itself on the simulator) and is overridden with it.
         aliased = {}
         for mod in device_modules():
