@@ -48,11 +48,10 @@ CONTENDED = {
         ("device/slab.py", "return _grant_offset(g, uint32(0), c, _pshift(meta))"),
     )),
     "bump_lost1": ("bump", "bump(ctx, n), one lost cas on the bump word", (
-        # _claim_fast's inline try loses; _claim (out of line when outlined)
-        # reads the word again and wins.
+        # _claim_fast's inline try loses; _claim reads the word again and wins.
         ("device/bumpalloc.py", "base = _claim_fast(meta, npages, size * lanes, lanes,"),
         ("device/bumpalloc.py", "+ total)  # fast try"),
-        ("device/bumpalloc.py", "return _claim_out(meta, npages, total, cnt, prof)"),
+        ("device/bumpalloc.py", "return _claim(meta, npages, total, cnt, prof)"),
         ("device/bumpalloc.py", "count = L.bump_count(w)"),
         ("device/bumpalloc.py", "return (page << _pshift(meta)) + cursor"),
         ("device/bumpalloc.py", "off = base + rank * size"),
