@@ -147,3 +147,60 @@ def test_an_array_returning_call_says_which_numba_cuda_it_needs():
     out = proc.stdout
     assert "devalloc.view returns an array, which needs numba-cuda >= 0.28" in out, out[-2000:]
     assert "numba-cuda 0.27 is installed" in out, out[-2000:]
+
+
+LAST_WRITE = """
+import json, re
+import numpy as np
+from numba import types
+import devalloc
+from devalloc import ctx_type, debug_ctx_type
+from devalloc.tools import aot
+
+def view_write(ctx, off, n):
+    a = devalloc.view(ctx, off, n + 1, np.uint8)
+    a[n] = 90  # the function's last use of a
+
+def view_no_write(ctx, off, n):
+    a = devalloc.view(ctx, off, n + 1, np.uint8)
+
+def view_2d_write(ctx, off, n):
+    a = devalloc.view(ctx, off, (n, 4), np.float32)
+    a[n - 1, 3] = 1.5
+
+def view_2d_no_write(ctx, off, n):
+    a = devalloc.view(ctx, off, (n, 4), np.float32)
+
+def array_write(ctx, off, n):
+    a = devalloc.array(ctx, n, np.float64)
+    if a.size:
+        a[off] = 2.5
+
+def array_no_write(ctx, off, n):
+    a = devalloc.array(ctx, n, np.float64)
+
+rows = {}
+for name, fn in list(globals().items()):
+    if name.endswith("write"):
+        for kind, t in (("normal", ctx_type), ("debug", debug_ctx_type)):
+            ptx, _ = aot.compile_ptx(fn, (t, types.int64, types.int64), cc=(9, 0))
+            rows[f"{name}[{kind}]"] = len(re.findall(r"^\\s*st\\.", ptx, re.M))
+print(json.dumps(rows))
+"""
+
+
+def test_a_write_that_is_the_last_use_of_a_view_is_compiled():
+    # Numba's dead-code elimination drops a setitem on an array that is dead
+    # afterwards and aliases no argument; an intrinsic's result looked like
+    # a fresh array to it, so `a = view(...); a[i] = x` (or `array`) as the
+    # last use of `a` compiled to no store at all on the GPU. The first GPU
+    # check after issue 25 found it (a one-byte overrun that wrote nothing);
+    # devalloc.device.intrinsics.register_view_alias keeps such writes.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, "-c", LAST_WRITE], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    stores = json.loads(proc.stdout.strip().splitlines()[-1])
+    for call in ("view", "view_2d", "array"):
+        for kind in ("normal", "debug"):
+            assert stores[f"{call}_write[{kind}]"] == stores[f"{call}_no_write[{kind}]"] + 1, stores

@@ -131,6 +131,41 @@ def view(typingctx, ctx, off, count, dtype):
     return sig, codegen
 
 
+def _aliases_the_heap(lhs, args, alias_map, arg_aliases):
+    # A view's items are the heap's bytes: memory the caller's arguments
+    # reach, as an argument array's are. (Numba's alias-analysis hook:
+    # name of the call's result, its arguments, the maps it updates.)
+    arg_aliases.add(lhs)
+
+
+def register_view_alias():
+    """Tell Numba's dead-code elimination that a view's writes are visible outside.
+
+    Numba drops a ``setitem`` on an array that is not live afterwards and
+    aliases no argument (``remove_dead_block`` in numba's ``ir_utils``). To
+    its alias analysis the result of an intrinsic is a fresh array, so
+    ``a = devalloc.view(...); a[i] = x`` as a function's last use of ``a``
+    compiled to nothing on the GPU (found by the first GPU check with the
+    fixes of issue 25: a one-byte overrun test wrote nothing; the simulator
+    runs the Python and cannot show it). Registering ``view`` as a call whose
+    result aliases an argument keeps every such write. Idempotent; done at
+    import, for numba-cuda's own IR utilities and, where numba-cuda still
+    uses them, numba's.
+    """
+    import importlib
+
+    key = (view._name, view._defn.__module__)  # what find_callname returns for it
+    for name in ("numba.cuda.core.ir_utils", "numba.core.ir_utils"):
+        try:
+            table = importlib.import_module(name).alias_func_extensions
+        except (ImportError, AttributeError):
+            continue
+        table[key] = _aliases_the_heap
+
+
+register_view_alias()
+
+
 @intrinsic
 def offset_of(typingctx, ctx, arr):
     """Return the byte offset of ``arr``'s first item in the arena of ``ctx``.
