@@ -192,8 +192,9 @@ def test_bump_bad_input_and_exhaustion_then_reset():
     assert (u.bump_allocs, u.bump_bytes, u.reserved, u.failed) == (0, 0, 0, 0)
     # Exactly the capacity again, 64 threads racing for it. A lane may get
     # NULL while another holds a chunk's page it is giving back (its install
-    # lost): the bound of docs/correctness.md, "Why its NULL is justified",
-    # case 5. On an H200, 2 or 3 of 64 in 3 of 8 runs (the simulator: none).
+    # lost): docs/correctness.md, "Known limits", "Bump chunk installation is
+    # a thundering herd" (case 5 of the in-transit bound). On an H200, 2 or 3
+    # of 64 in 3 of 8 runs (the simulator: none).
     # Such a NULL is transient: the room is still there, and asked again once
     # the race is over, every one of them is served; the heap ends full.
     offs = _run_bump(heap, [1024] * 64, grid=2, block=32)
