@@ -154,13 +154,17 @@ def register_view_alias():
     """
     import importlib
 
-    key = (view._name, view._defn.__module__)  # what find_callname returns for it
+    # What find_callname returns for the call: the intrinsic's own module
+    # where it unwraps numba-cuda's intrinsics, the wrapper's module where
+    # it does not (numba's own ir_utils).
+    keys = {(view._name, view._defn.__module__), (view._name, type(view).__module__)}
     for name in ("numba.cuda.core.ir_utils", "numba.core.ir_utils"):
         try:
             table = importlib.import_module(name).alias_func_extensions
         except (ImportError, AttributeError):
             continue
-        table[key] = _aliases_the_heap
+        for key in keys:
+            table[key] = _aliases_the_heap
 
 
 register_view_alias()
