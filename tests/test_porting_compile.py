@@ -31,12 +31,22 @@ MARGIN = 4
 KINDS = ("normal", "debug", "observed")
 
 
-def _porting_probes():
+def _on_gpu_target(*args):
+    """Run ``python *args`` with the simulator off (the real CUDA target compiles); the process."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run([sys.executable, "-m", "devalloc.testing.porting_probes"],
-                          capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                          timeout=900)
+
+
+def _json_of(*args):
+    """Run ``python *args`` as :func:`_on_gpu_target`; return the JSON of its last line."""
+    proc = _on_gpu_target(*args)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])["rows"]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _porting_probes():
+    return _json_of("-m", "devalloc.testing.porting_probes")["rows"]
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +77,7 @@ print(json.dumps(rows))
 def test_array_and_usable_size_compile_for_sm90_within_budget():
     # The fast tier's share of this module (the full tier's figures cover
     # every call on every kind of heap): the same budgets, normal heaps.
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run([sys.executable, "-c", QUICK], capture_output=True, text=True,
-                          env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
+    rows = _json_of("-c", QUICK)
     for call, r in rows.items():
         assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, r
         assert 0 < r["registers"] <= MEASURED[call][0] + MARGIN, (call, r)
@@ -140,9 +146,7 @@ def test_an_array_returning_call_says_which_numba_cuda_it_needs():
     # on its own and reject view/array/carve with "Only accept returning of
     # array passed into the function as argument" (seen with 0.26.0 and
     # 0.27.0 on numba 0.65.1); devalloc says what to install instead.
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run([sys.executable, "-c", OLD_NUMBA_CUDA], capture_output=True,
-                          text=True, env=env, timeout=900)
+    proc = _on_gpu_target("-c", OLD_NUMBA_CUDA)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = proc.stdout
     assert "devalloc.view returns an array, which needs numba-cuda >= 0.28" in out, out[-2000:]
@@ -196,11 +200,7 @@ def test_a_write_that_is_the_last_use_of_a_view_is_compiled():
     # last use of `a` compiled to no store at all on the GPU. The first GPU
     # check after issue 25 found it (a one-byte overrun that wrote nothing);
     # devalloc.device.intrinsics.register_view_alias keeps such writes.
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run([sys.executable, "-c", LAST_WRITE], capture_output=True, text=True,
-                          env=env, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    stores = json.loads(proc.stdout.strip().splitlines()[-1])
+    stores = _json_of("-c", LAST_WRITE)
     for call in ("view", "view_2d", "array"):
         for kind in ("normal", "debug"):
             assert stores[f"{call}_write[{kind}]"] == stores[f"{call}_no_write[{kind}]"] + 1, stores
