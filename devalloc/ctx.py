@@ -30,12 +30,32 @@ DebugCtx = collections.namedtuple("DebugCtx", ["arena", "meta", "debug", "sizes"
 #: arrays of length 0 unless it is a debug heap too).
 ObsCtx = collections.namedtuple("ObsCtx", ["arena", "meta", "debug", "sizes", "prof", "trace"])
 
+#: The choices of the out-of-line build (docs/outline.md): inline at every
+#: site, one out-of-line copy per kernel, or chosen per kernel from its sites.
+OUTLINE_CHOICES = (False, True, "auto")
+
+
+def _outline_env(value):
+    # DEVALLOC_OUTLINE: unset or "auto" -> "auto"; "", "0", "false", "no",
+    # "off" -> False; anything else -> True (as "1" always meant).
+    if value is None or value.strip().lower() == "auto":
+        return "auto"
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
 #: The process default of the out-of-line build (docs/outline.md):
-#: ``DEVALLOC_OUTLINE=1`` in the environment when devalloc is imported.
-#: What ``Heap(outline=None)`` and ``ctx_type_for(outline=None)`` take, and
-#: what a kernel given plain arrays (no :class:`PagedMeta`) compiles with
-#: (``devalloc.device.outline.ENABLED`` is this value). Off by default.
-OUTLINE_DEFAULT = os.environ.get("DEVALLOC_OUTLINE", "0") not in ("", "0")
+#: ``"auto"`` (each kernel calls one out-of-line copy of a body it has
+#: several sites of, and inlines a body it has one site of), or
+#: ``DEVALLOC_OUTLINE=0`` (inline) / ``1`` (out of line) in the environment
+#: when devalloc is imported. What ``Heap(outline=None)`` and
+#: ``ctx_type_for(outline=None)`` take, and what a kernel given plain arrays
+#: (no :class:`PagedMeta`) compiles with (``devalloc.device.outline.ENABLED``
+#: is this value).
+OUTLINE_DEFAULT = _outline_env(os.environ.get("DEVALLOC_OUTLINE"))
+
+
+def _is_auto(outline):
+    return isinstance(outline, str) and outline == "auto"
 
 
 class PagedMeta(types.Array):
@@ -51,8 +71,9 @@ class PagedMeta(types.Array):
     arrays, from their length (layout.page_shift_of).
 
     ``outline``: whether the kernel calls the allocator's bodies out of line
-    (one copy per kernel, a call per site: :mod:`devalloc.device.outline`,
-    docs/outline.md) or inlines them at every site. Chosen per heap
+    (True: one copy per kernel, a call per site: :mod:`devalloc.device.outline`,
+    docs/outline.md), inlines them at every site (False) or chooses per
+    kernel from how many sites it has (``"auto"``). Chosen per heap
     (``Heap(outline=)``) or per launch (``heap.ctx_with(outline=)``); like
     the page, a kernel launched with both is compiled once for each.
     """
@@ -61,11 +82,12 @@ class PagedMeta(types.Array):
         if not PAGE_SHIFT_MIN <= page_shift <= PAGE_SHIFT:
             raise ValueError(
                 f"page shift must be {PAGE_SHIFT_MIN} to {PAGE_SHIFT}, got {page_shift}")
-        if not isinstance(outline, bool):
-            raise TypeError(f"outline must be True or False, got {outline!r}")
+        if not (isinstance(outline, bool) or _is_auto(outline)):
+            raise TypeError(f"outline must be True, False or 'auto', got {outline!r}")
         self.page_shift = int(page_shift)
         self.outline = outline
-        name = f"array(int64, 1d, C, page={1 << page_shift}{', outline' if outline else ''})"
+        suffix = {True: ", outline", False: "", "auto": ", outline=auto"}[outline]
+        name = f"array(int64, 1d, C, page={1 << page_shift}{suffix})"
         super().__init__(types.int64, 1, "C", name=name)
 
     @property
@@ -99,13 +121,15 @@ _SIZES = types.Array(types.uint16, 1, "C")
 def outline_option(outline):
     """Return ``outline`` as the heap's choice: None is :data:`OUTLINE_DEFAULT`.
 
-    Raise TypeError for anything but None, True or False.
+    Raise TypeError for anything but None, True, False or ``"auto"``.
     """
     if outline is None:
         return OUTLINE_DEFAULT
+    if _is_auto(outline):
+        return "auto"
     if not isinstance(outline, (bool, np.bool_)):  # (not 0 or 1: as debug=)
         raise TypeError(f"outline= must be None (the process default, DEVALLOC_OUTLINE), "
-                        f"True or False, got {type(outline).__name__}: {outline!r}")
+                        f"True, False or 'auto', got {type(outline).__name__}: {outline!r}")
     return bool(outline)
 
 

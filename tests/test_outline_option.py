@@ -42,19 +42,31 @@ def test_a_heap_takes_the_process_default_unless_told():
     assert devalloc.Heap(CAP, outline=True).outline is True
     assert devalloc.Heap(CAP, outline=False).outline is False
     assert devalloc.Heap(CAP, outline=np.bool_(True)).outline is True
+    assert devalloc.Heap(CAP, outline="auto").outline == "auto"
 
 
-@pytest.mark.parametrize("bad", [1, 0, "yes", "auto", 1.0, [True]])
-def test_outline_that_is_not_none_true_or_false_is_a_type_error(bad):
+def test_the_process_default_is_auto_unless_the_environment_says():
+    # DEVALLOC_OUTLINE, read when devalloc is imported (ctx._outline_env).
+    assert C._outline_env(None) == "auto" and C._outline_env(" Auto ") == "auto"
+    for off in ("", "0", "false", "No", "off"):
+        assert C._outline_env(off) is False, off
+    for on in ("1", "true", "yes"):
+        assert C._outline_env(on) is True, on
+    assert C.OUTLINE_CHOICES == (False, True, "auto")
+    assert C.OUTLINE_DEFAULT in C.OUTLINE_CHOICES
+
+
+@pytest.mark.parametrize("bad", [1, 0, "yes", "AUTO", 1.0, [True]])
+def test_outline_that_is_not_none_true_false_or_auto_is_a_type_error(bad):
     with pytest.raises(TypeError, match=r"outline= must be None \(the process default, "
-                                        r"DEVALLOC_OUTLINE\), True or False"):
+                                        r"DEVALLOC_OUTLINE\), True, False or 'auto'"):
         devalloc.Heap(CAP, outline=bad)
     with pytest.raises(TypeError, match="outline= must be None"):
         C.ctx_type_for(outline=bad)
 
 
 def test_ctx_with_the_heaps_own_choice_is_its_ctx():
-    for outline in (True, False):
+    for outline in (True, False, "auto"):
         heap = devalloc.Heap(CAP, outline=outline)
         assert heap.ctx_with(outline=outline) is heap.ctx
 
@@ -66,6 +78,8 @@ def test_ctx_with_the_other_choice_is_the_same_heap(kind):
     other = heap.ctx_with(outline=True)
     assert type(other) is type(heap.ctx)
     assert other is heap.ctx_with(outline=True)  # made once
+    auto = heap.ctx_with(outline="auto")
+    assert auto is heap.ctx_with(outline="auto") and auto.arena is heap.ctx.arena
     assert other.arena is heap.ctx.arena
     for name in other._fields[2:]:  # debug words, sizes, profile, trace: the heap's own
         assert getattr(other, name) is getattr(heap.ctx, name), name
@@ -79,13 +93,14 @@ def test_both_ctxs_allocate_from_one_heap():
     heap = devalloc.Heap(CAP, outline=False)
     out = cuda.device_array(32, np.int64)
     k_scratch[1, 32](heap.ctx_with(outline=True), 100, out)
+    k_scratch[1, 32](heap.ctx_with(outline="auto"), 100, out)
     k_scratch[1, 32](heap.ctx, 100, out)
     u = heap.usage()
-    assert u.allocs == 64 and u.frees == 64 and u.failed == 0
+    assert u.allocs == 96 and u.frees == 96 and u.failed == 0
 
 
-@pytest.mark.parametrize("bad", [1, None, "True"])
-def test_ctx_with_takes_true_or_false(bad):
+@pytest.mark.parametrize("bad", [1, None, "True", "on"])
+def test_ctx_with_takes_true_false_or_auto(bad):
     heap = devalloc.Heap(CAP)
     with pytest.raises(TypeError, match="ctx_with"):
         heap.ctx_with(outline=bad)
@@ -110,6 +125,10 @@ def test_run_swaps_a_ctx_with_like_heap_ctx():
                       ceiling=1 << 20)
     assert result.usage.failed == 0 and result.usage.allocs == 96 and result.attempts == 3
     assert heap.outline is False
+    result = heap.run(k_hold, 3, 32, heap.ctx_with(outline="auto"), 2048, out,
+                      ceiling=1 << 20)
+    assert result.usage.failed == 0 and result.usage.allocs == 96
+    assert heap.outline is False
 
 
 def test_a_closed_heap_has_no_ctx_with():
@@ -119,9 +138,12 @@ def test_a_closed_heap_has_no_ctx_with():
         heap.ctx_with(outline=True)
 
 
-def test_repr_says_outline():
-    assert "outline" in repr(devalloc.Heap(CAP, outline=True))
-    assert "outline" not in repr(devalloc.Heap(CAP, outline=False))
+def test_repr_says_outline_when_not_the_process_default():
+    shown = {True: ", outline)", False: ", outline=False)", "auto": ", outline='auto')"}
+    for choice, text in shown.items():
+        r = repr(devalloc.Heap(CAP, outline=choice))
+        assert (text in r) == (choice != C.OUTLINE_DEFAULT), r
+    assert "outline" not in repr(devalloc.Heap(CAP))
 
 
 def test_the_metadata_type_names_the_choice():
@@ -131,16 +153,22 @@ def test_the_metadata_type_names_the_choice():
     assert str(on) == "array(int64, 1d, C, page=16384, outline)"
     assert str(off) == "array(int64, 1d, C, page=16384)"
     assert C.PagedMeta(14, outline=True) == on  # one type per (page, choice)
-    with pytest.raises(TypeError, match="outline must be True or False"):
-        C.PagedMeta(14, outline=1)
+    auto = C.PagedMeta(14, outline="auto")
+    assert auto.outline == "auto" and auto not in (on, off) and auto.key not in (on.key, off.key)
+    assert str(auto) == "array(int64, 1d, C, page=16384, outline=auto)"
+    for bad in (1, "Auto", None):
+        with pytest.raises(TypeError, match="outline must be True, False or 'auto'"):
+            C.PagedMeta(14, outline=bad)
 
 
 def test_ctx_type_for_takes_the_choice_and_the_constants_the_default():
     for kind in ("normal", "debug", "observed"):
         on = C.ctx_type_for(kind=kind, outline=True)
         off = C.ctx_type_for(kind=kind, outline=False)
-        assert on != off and on.types[1].outline and not off.types[1].outline
-        assert C.ctx_type_for(kind=kind) == (on if C.OUTLINE_DEFAULT else off)
+        auto = C.ctx_type_for(kind=kind, outline="auto")
+        assert on != off and on.types[1].outline is True and off.types[1].outline is False
+        assert auto.types[1].outline == "auto" and auto not in (on, off)
+        assert C.ctx_type_for(kind=kind) == {True: on, False: off, "auto": auto}[C.OUTLINE_DEFAULT]
     assert C.ctx_type == C.ctx_type_for(outline=C.OUTLINE_DEFAULT)
     assert C.debug_ctx_type == C.ctx_type_for(kind="debug", outline=C.OUTLINE_DEFAULT)
     assert C.obs_ctx_type == C.ctx_type_for(kind="observed", outline=C.OUTLINE_DEFAULT)

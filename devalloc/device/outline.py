@@ -2,8 +2,10 @@
 
 ``outline(f)`` (``f`` a ``@cuda.jit(device=True)`` function) returns a device
 callable with ``f``'s parameters and result that, when a kernel is typed,
-is either ``f`` itself (NVVM inlines it at every site: the default) or a
-call to one out-of-line copy of ``f`` per kernel. Which one is read from the
+is either ``f`` itself (NVVM inlines it at every site), a call to one
+out-of-line copy of ``f`` per kernel, or (``"auto"``, the default) a call
+to a body that each kernel's code keeps out of line when it has enough
+copies to matter and lets NVVM inline otherwise. Which one is read from the
 heap's metadata among the arguments (the first one: a ctx with a ``meta``
 field, or the metadata array itself): its Numba type
 (:class:`devalloc.ctx.PagedMeta`) says ``outline``, chosen per heap
@@ -25,6 +27,20 @@ promotes the slot to a register; the wrapper itself takes its arguments and
 returns its result as LLVM values (PTX ``.param``, registers in SASS), with
 no stack frame. docs/outline.md has the measurements behind it.
 
+Automatic (``"auto"``), the same body is emitted without ``noinline``,
+marked instead (:data:`devalloc.device.outline_choice.AUTO_MARK`). When a kernel's (or device function's)
+LLVM modules are turned into the text NVVM compiles (numba-cuda's
+``CUDACodeLibrary.llvm_strs``, wrapped by :func:`_install`), the calls are
+counted over the whole call graph, each device function as many times as
+NVVM will copy it, and each marked body gets ``noinline`` when its extra
+copies would hold ``SAVING`` instructions or more
+(:func:`devalloc.device.outline_choice.decide`);
+otherwise the mark is dropped and NVVM inlines the body, as it inlines
+``f`` itself. A kernel with one ``alloc`` compiles as it does inline; one
+with two or more, as out of line. The modules are shared between kernels
+(a device function's library is linked into each kernel that calls it), so
+the decision is made in each library's own text, never in the modules.
+
 Who may call: the device paths (``core.alloc_site``/``free_site``, bump's
 claim, scoped's new chunk). What the call adds to a walked path (argument
 moves, ``CALL``, ``RET``, the callee's code) is measured by
@@ -44,15 +60,15 @@ from numba import config
 
 from ..ctx import OUTLINE_DEFAULT
 
-#: The process default (:data:`devalloc.ctx.OUTLINE_DEFAULT`:
-#: ``DEVALLOC_OUTLINE=1`` in the environment when devalloc is imported):
-#: what kernels given plain arrays compile with. A heap's ctx carries its
-#: own choice in its type (``Heap(outline=)``, whose default is this).
+#: The process default (:data:`devalloc.ctx.OUTLINE_DEFAULT`: ``"auto"``,
+#: or ``DEVALLOC_OUTLINE=0``/``1`` in the environment when devalloc is
+#: imported): what kernels given plain arrays compile with. A heap's ctx
+#: carries its own choice in its type (``Heap(outline=)``, whose default is this).
 ENABLED = OUTLINE_DEFAULT
 
 if config.ENABLE_CUDASIM:
 
-    def outline(f):
+    def outline(f, auto=True):
         """``f`` itself: on the simulator there is no code size to save."""
         return f
 
@@ -71,6 +87,7 @@ else:
     _literal_first = _make_intrinsic(target="cuda", prefer_literal=True)
 
     from ..ctx import PagedMeta
+    from .outline_choice import AUTO_MARK, decide, decided
 
     def _symbol(pyfunc, sig):
         # A deterministic, valid symbol for (function, argument types).
@@ -175,8 +192,12 @@ else:
         return mod.add_debug_info("DILocation", {"line": code.co_firstlineno, "column": 1,
                                                  "scope": subprogram})
 
-    def _out_of_line(f):
-        """Return the code generation of a call to device function ``f`` out of line."""
+    def _out_of_line(f, auto=False):
+        """Return the code generation of a call to device function ``f`` out of line.
+
+        ``auto``: the body is marked for the kernel's decision
+        (:data:`~devalloc.device.outline_choice.AUTO_MARK`) instead of ``noinline``.
+        """
         pyfunc = f.py_func
 
         def codegen(context, builder, sig, args):
@@ -184,11 +205,16 @@ else:
             flat = [v for t, a in zip(sig.args, args) for v in _flatten(context, builder, t, a)]
             fnty = ir.FunctionType(context.get_value_type(sig.return_type),
                                    [v.type for v in flat])
-            fn = cgutils.get_or_insert_function(mod, fnty, _symbol(pyfunc, sig))
+            name = _symbol(pyfunc, sig)
+            fn = cgutils.get_or_insert_function(mod, fnty, ("devalloc_auto" + name[8:])
+                                                if auto else name)
             if fn.is_declaration:
                 # (Numba links device functions as linkonce_odr: one copy
                 # per kernel, whichever module emitted it.)
-                fn.attributes.add("noinline")
+                if auto:
+                    set.add(fn.attributes, AUTO_MARK)  # (llvmlite knows no string attributes)
+                else:
+                    fn.attributes.add("noinline")
                 body = ir.IRBuilder(fn.append_basic_block("entry"))
                 vals = iter(fn.args)
                 inner = [_rebuild(context, body, t, vals) for t in sig.args]
@@ -237,16 +263,47 @@ else:
             return ty.outline
         return ENABLED
 
-    def outline(f):
+    def _install():
+        # Every CUDA code library's IR text (what NVVM compiles, for PTX,
+        # LTO-IR and the cache) gets the automatic bodies decided for it:
+        # the modules are shared between kernels, so the decision lives in
+        # each library's own text, not in the modules.
+        from numba.cuda.codegen import CUDACodeLibrary
+
+        plain = CUDACodeLibrary.llvm_strs
+        if getattr(plain.fget, "devalloc", False):
+            return
+
+        def llvm_strs(self):
+            if self._llvm_strs is None:
+                modules = self.modules
+                texts = [str(mod) for mod in modules]
+                if any(AUTO_MARK in t for t in texts):
+                    away = decide(modules)
+                    texts = [decided(t, away) for t in texts]
+                self._llvm_strs = texts
+            return self._llvm_strs
+
+        llvm_strs.devalloc = True
+        CUDACodeLibrary.llvm_strs = property(llvm_strs, doc=plain.__doc__)
+
+    _install()
+
+    def outline(f, auto=True):
         """Return an intrinsic with ``f``'s parameters that calls ``f`` inline or out of line.
 
         Chosen when the kernel is typed, by :func:`outlined` of the first
         argument's type: a call to ``f`` itself, as the caller would emit
-        naming ``f`` (NVVM inlines it), or a call to the one out-of-line copy.
+        naming ``f`` (NVVM inlines it), a call to the one out-of-line copy,
+        or (``"auto"``) a call to a body that each kernel's code keeps out of
+        line or lets NVVM inline, by how much code its copies would take
+        (:func:`devalloc.device.outline_choice.decide`). ``auto=False``: inline when the choice is
+        ``"auto"`` (a small body whose sites sit where a call costs
+        registers: scoped's chain of chunks, docs/outline.md).
         """
         pyfunc = f.py_func
         name = pyfunc.__name__
-        out, inline = _out_of_line(f), _inline(f)
+        gens = {True: _out_of_line(f), "auto": _out_of_line(f, auto=True), False: _inline(f)}
 
         def resolve(typingctx, args):
             away = outlined(args[0])
@@ -256,7 +313,7 @@ else:
             sig = typingctx.resolve_function_type(fnty, args, {})
             if sig is None:
                 raise TypingError(f"outline({name}): no signature for {args}")
-            return sig, (out if away else inline)
+            return sig, gens[False if (away == "auto" and not auto) else away]
 
         # Numba's intrinsics take named parameters (no *args): f's own.
         # Literal arguments first: a call to f itself types f with them as

@@ -178,7 +178,10 @@ def _first(arena, c):
 
 #: The out-of-line copy (devalloc.device.outline; the function itself unless
 #: it is enabled) of freeing a chain of chunks, for release and _next_chunk.
-_free_from_out = outline(_free_from)
+#: Inline when the heap's choice is "auto": its copies are small, and the
+#: calls sit in scope loops where a call costs registers (the probe kernel
+#: ``scoped``: 52 registers inline, 64 with it out of line; docs/outline.md).
+_free_from_out = outline(_free_from, auto=False)
 
 
 @cuda.jit(device=True)

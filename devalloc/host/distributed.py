@@ -126,7 +126,7 @@ def attach(client, capacity, **heap_kwargs):
     from ..ctx import outline_option
 
     ps = check_page(heap_kwargs.get("page"), capacity)
-    outline_option(heap_kwargs.get("outline"))  # None, True or False (None: the worker's default)
+    outline_option(heap_kwargs.get("outline"))  # None, True, False or "auto" (None: the worker's default)
     capacity = check_capacity(capacity, ps=ps)
     unknown = sorted(set(heap_kwargs) - set(_HEAP_KWARGS))
     if unknown:

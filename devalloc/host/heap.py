@@ -32,7 +32,7 @@ from numba import config, cuda
 
 from .. import layout as L
 from ..ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
-from ..ctx import outline_option
+from ..ctx import OUTLINE_DEFAULT, outline_option
 from ..errors import HeapClosedError, OutOfMemoryError
 from . import observed
 from .paged import paged_meta
@@ -180,8 +180,10 @@ class Heap(Reading, Running):
         own type, so kernels compiled for a normal heap are unaffected.
     :param outline: True: kernels call the allocator's bodies out of line (one
         copy per kernel, a call per site: for kernels with many sites; a few
-        more registers), False: inline at every site, None (default): the
-        process default (``DEVALLOC_OUTLINE=1``: True). Part of ``heap.ctx``'s
+        more registers), False: inline at every site, ``"auto"``: each kernel
+        calls one copy of a body it has several sites of and inlines a body it
+        has one site of; None (default): the process default (``"auto"``;
+        ``DEVALLOC_OUTLINE=0`` or ``1``: False or True). Part of ``heap.ctx``'s
         Numba type (``heap.outline``); :meth:`ctx_with` for one kernel. docs/outline.md.
 
     Creating a heap allocates and zeroes device memory; it launches no
@@ -192,7 +194,7 @@ class Heap(Reading, Running):
     def __init__(self, capacity: int | None = None, *, stream: Any = 0, memory: Any = None,
                  device: int | None = None, debug: bool = False, profile: bool = False,
                  trace: int = 0, spread: int | None = None,
-                 page: int | str | None = None, outline: bool | None = None) -> None:
+                 page: int | str | None = None, outline: bool | str | None = None) -> None:
         self.stream = _check_stream(stream, "stream=")
         self.outline = outline_option(outline)  # None: the process default
         self._sms = _check_spread(spread)
@@ -257,7 +259,7 @@ class Heap(Reading, Running):
         #: log2 of the page size (kernels read it from the metadata's type or length).
         self.page_shift = ps
         self._meta = paged_meta(self._meta, ps, self.outline)
-        self._other = None  # ctx_with's ctx of the other outline choice, made on first use
+        self._other = {}  # ctx_with's ctxs of the other outline choices, made on first use
         self.npages = self._arena.size >> ps
         # The free-page index starts with every page free: kept on the device
         # so that reset copies it without the host (a device-to-device copy).
@@ -334,23 +336,28 @@ class Heap(Reading, Running):
         self._live()
         return self._ctx
 
-    def ctx_with(self, *, outline: bool) -> Ctx | DebugCtx | ObsCtx:
+    def ctx_with(self, *, outline: bool | str) -> Ctx | DebugCtx | ObsCtx:
         """Return this heap's ctx typed for kernels that call its bodies out of line (or inline).
 
         The same heap (memory, counters, trace) whose metadata's Numba type says
-        ``outline`` (True or False): a kernel given it compiles for that choice;
-        ``heap.ctx`` keeps ``heap.outline``. Both may be used on one heap; ``run``
-        swaps it like ``heap.ctx``. On the simulator: the heap's own arrays."""
+        ``outline`` (True, False or ``"auto"``): a kernel given it compiles for that
+        choice; ``heap.ctx`` keeps ``heap.outline``. All may be used on one heap;
+        ``run`` swaps it like ``heap.ctx``. On the simulator: the heap's own arrays."""
         self._live()
-        if not isinstance(outline, (bool, np.bool_)):
-            raise TypeError(f"ctx_with(outline=) must be True or False, "
-                            f"got {type(outline).__name__}: {outline!r}")
-        if bool(outline) == self.outline:
+        if outline is None:
+            raise TypeError("ctx_with(outline=) must be True, False or 'auto', got None "
+                            "(heap.ctx has the heap's own choice)")
+        try:
+            outline = outline_option(outline)
+        except TypeError:
+            raise TypeError(f"ctx_with(outline=) must be True, False or 'auto', "
+                            f"got {type(outline).__name__}: {outline!r}") from None
+        if outline == self.outline:
             return self._ctx
-        if self._other is None:
-            self._other = self._ctx._replace(
-                meta=paged_meta(self._meta, self.page_shift, not self.outline))
-        return self._other
+        if outline not in self._other:
+            self._other[outline] = self._ctx._replace(
+                meta=paged_meta(self._meta, self.page_shift, outline))
+        return self._other[outline]
 
     @property
     def capacity(self) -> int:
@@ -488,7 +495,8 @@ class Heap(Reading, Running):
         state = "closed" if self._closed else f"pages={self.npages}"
         if not self._closed and self.page_shift != L.PAGE_SHIFT:
             state += f", page={self.page}"
-        state += ", outline" if not self._closed and self.outline else ""
+        if not self._closed and self.outline != OUTLINE_DEFAULT:
+            state += ", outline" if self.outline is True else f", outline={self.outline!r}"
         return f"Heap(capacity={self.requested}, {state})"
 
 

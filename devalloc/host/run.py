@@ -37,12 +37,12 @@ class Running:
         _meta: Any
         _arena: Any
         _other: Any
-        outline: bool
+        outline: bool | str
 
         @property
         def ctx(self) -> Any: ...
 
-        def ctx_with(self, *, outline: bool) -> Any: ...
+        def ctx_with(self, *, outline: bool | str) -> Any: ...
 
         def _live(self) -> None: ...
 
@@ -122,8 +122,9 @@ class Running:
         if arg.arena is self._arena:
             if arg.meta is self._meta:
                 return self.outline
-            if self._other is not None and arg.meta is self._other.meta:
-                return not self.outline
+            for choice, other in (self._other or {}).items():
+                if arg.meta is other.meta:
+                    return choice
         raise ValueError(
             f"kernel argument {position} (from 0) is the ctx of another heap (or of this heap "
             "before a resize): run() counts only this heap's failures and would report "

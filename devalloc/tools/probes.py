@@ -8,10 +8,12 @@ with the difference to the empty kernel; then the SASS instructions
 executed on the common paths on sm_90 (:mod:`devalloc.tools.paths`; JSON key
 ``"paths"``); with ``--code-size``, the cost of each extra call site of
 ``alloc``, ``free``, ``view``, ``bump`` and ``scoped`` (:mod:`devalloc.tools.codesize`;
-JSON key ``"code_size"``). With ``--outline`` all of it is compiled for heaps
-made with ``outline=True`` (one out-of-line copy of each body per kernel,
-:mod:`devalloc.device.outline`) instead of the process default
-(``DEVALLOC_OUTLINE``). The test suite and ``bench/`` both use it.
+JSON key ``"code_size"``). With ``--outline`` (or ``--outline on``) all of
+it is compiled for heaps made with ``outline=True`` (one out-of-line copy of
+each body per kernel, :mod:`devalloc.device.outline`), with ``--outline off``
+for ``outline=False`` (inline at every site), with ``--outline auto`` for
+``outline="auto"``, instead of the process default (``DEVALLOC_OUTLINE``;
+``"auto"`` unless set). The test suite and ``bench/`` both use it.
 
 Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset), and
 needs NVVM, ``ptxas`` and ``nvdisasm``: the test extra
@@ -36,6 +38,10 @@ from .probe_kernels import (  # noqa: F401 (the probes, read as probes.X too)
     k_empty, k_atomic_floor, k_alloc, k_alloc_const, k_alloc_per_thread, k_alloc_view_free,
     k_alloc_view_free_per_thread, k_free, k_conditional, k_bump, k_scoped,
 )
+
+
+#: ``--outline``'s values: the ``Heap(outline=)`` each names.
+OUTLINE_FLAG = {"on": True, "off": False, "auto": "auto"}
 
 
 def measure(ccs=((7, 5), (9, 0)), probes=None, outline=None):
@@ -197,12 +203,13 @@ def main(argv=None):
                         "first --cc)")
     p.add_argument("--no-paths", action="store_true",
                    help="skip the walked path lengths (devalloc.tools.paths, sm_90)")
-    p.add_argument("--outline", action="store_true",
-                   help="compile for heaps made with outline=True (the allocator's bodies out of "
-                        "line, one copy per kernel: devalloc.device.outline) instead of the "
-                        "process default (DEVALLOC_OUTLINE)")
+    p.add_argument("--outline", nargs="?", const="on", choices=sorted(OUTLINE_FLAG),
+                   help="compile for heaps made with outline=True (on, the default of the flag: "
+                        "the allocator's bodies out of line, one copy per kernel: "
+                        "devalloc.device.outline), outline=False (off: inline at every site) or "
+                        "outline='auto' instead of the process default (DEVALLOC_OUTLINE)")
     a = p.parse_args(argv)
-    outline = True if a.outline else None
+    outline = OUTLINE_FLAG[a.outline] if a.outline else None
     ccs = [(int(c[:-1]), int(c[-1])) for c in a.cc]
     problem = missing()
     if problem:

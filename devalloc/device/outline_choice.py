@@ -1,0 +1,119 @@
+"""Which automatic bodies a kernel calls out of line (``Heap(outline="auto")``).
+
+Pure: llvmlite IR objects and IR text, no Numba, no NVVM. With the choice
+``"auto"`` (:mod:`devalloc.device.outline`, the default) each body that
+could go out of line (``alloc``, ``free``'s past its NULL test, ``bump``,
+scoped's new chunk) is emitted once per LLVM module as a function marked
+:data:`AUTO_MARK` instead of ``noinline``; when a kernel's modules become
+the text NVVM compiles, :func:`decide` counts how many copies of each body
+the kernel would hold inline and :func:`decided` rewrites the mark in that
+text: ``noinline`` (one copy, a call at each site) or nothing (NVVM
+inlines it at its one site, as it inlines the body itself). A device
+function's modules are shared by every kernel that calls it, so the
+decision is made in each kernel's own text, never in the modules.
+docs/outline.md, "Automatic: chosen per kernel".
+"""
+
+#: The mark of an automatic body: a string attribute on its definition
+#: (``define ... @"devalloc_auto_..."(...) "devalloc-auto"``). NVVM ignores
+#: an unknown string attribute, so a text left undecided inlines the body.
+AUTO_MARK = '"devalloc-auto"'
+
+#: How much code an automatic body must save to go out of line: the
+#: instructions of Numba's LLVM IR that its extra copies hold, (copies - 1)
+#: times its size with its callees inlined (about 1,400 SASS instructions
+#: on sm_90). Measured sizes (normal heap): ``alloc`` 40,700, ``bump``
+#: 21,200 and scoped's new chunk 54,500 go out of line from two copies;
+#: ``free`` (7,200) from four, so that a scope loop's few frees stay inline
+#: (docs/outline.md).
+SAVING = 16000
+
+
+def call_graph(modules):
+    """Return ``(calls, sizes, marked)`` of the functions defined in ``modules``.
+
+    ``calls[f]``: ``{callee: number of call instructions in f}``;
+    ``sizes[f]``: f's own instructions; ``marked``: the functions with
+    :data:`AUTO_MARK`. A function defined in several modules (Numba links
+    device functions ``linkonce_odr``: the same body) counts once.
+    """
+    calls, sizes, marked = {}, {}, set()
+    for mod in modules:
+        for fn in mod.functions:
+            if fn.is_declaration or fn.name in calls:
+                continue
+            if AUTO_MARK in fn.attributes:
+                marked.add(fn.name)
+            counts = calls[fn.name] = {}
+            sizes[fn.name] = 0
+            for block in fn.blocks:
+                sizes[fn.name] += len(block.instructions)
+                for ins in block.instructions:
+                    callee = getattr(ins, "callee", None)
+                    if ins.opname == "call" and hasattr(callee, "is_declaration"):
+                        counts[callee.name] = counts.get(callee.name, 0) + 1
+    return calls, sizes, marked
+
+
+def decide_graph(calls, sizes, marked, saving=SAVING):
+    """Return the marked functions of a call graph that go out of line.
+
+    Roots (functions nobody calls: the kernel, or the device function being
+    compiled) are one copy each; NVVM inlines device functions, so a
+    function's copies are the sum over its callers of their copies times
+    their calls to it. Callers are decided before callees: a marked body
+    goes out of line when ``(copies - 1) * size >= saving`` (``size``: its
+    instructions with its callees', inlined), and then counts as one copy
+    for its own callees. A marked body that no root reaches in order (a
+    call cycle, which device code does not have) goes out of line.
+    """
+    order, seen = [], set()
+
+    def visit(name):  # depth first: order is callees before callers
+        seen.add(name)
+        for callee in calls[name]:
+            if callee in calls and callee not in seen:
+                visit(callee)
+        order.append(name)
+
+    called = {c for counts in calls.values() for c in counts}
+    roots = [name for name in calls if name not in called]
+    for name in roots:
+        if name not in seen:
+            visit(name)
+    size = {}
+    for name in order:
+        size[name] = sizes[name] + sum(k * size.get(c, 0) for c, k in calls[name].items())
+    copies = {name: (1 if name in roots else 0) for name in calls}
+    away = set(marked) - set(order)
+    for name in reversed(order):  # callers before callees
+        if name in marked and (copies[name] - 1) * size[name] >= saving:
+            away.add(name)
+            copies[name] = 1
+        for callee, k in calls[name].items():
+            if callee in copies:
+                copies[callee] += copies[name] * k
+    return away
+
+
+def decide(modules, saving=SAVING):
+    """Return the names of the automatic bodies that go out of line in ``modules``' code.
+
+    ``modules``: the llvmlite modules of one code library (a kernel or a
+    device function compiled alone, with every library it links).
+    """
+    return decide_graph(*call_graph(modules), saving=saving)
+
+
+def decided(text, away):
+    """Return module text ``text`` with each automatic body's mark replaced.
+
+    ``noinline`` for the bodies named in ``away``, nothing for the others
+    (NVVM inlines them). Only ``define`` lines carry the mark.
+    """
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("define ") and AUTO_MARK in line:
+            name = line.split("@", 1)[1].split("(", 1)[0].strip('"')
+            lines[i] = line.replace(" " + AUTO_MARK, " noinline" if name in away else "", 1)
+    return "\n".join(lines)
