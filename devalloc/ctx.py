@@ -118,6 +118,11 @@ _WORDS = types.Array(types.int64, 1, "C")
 _SIZES = types.Array(types.uint16, 1, "C")
 
 
+def is_outline_choice(value):
+    """Return whether ``value`` is a choice ``outline=`` takes besides None: True, False or "auto"."""
+    return isinstance(value, (bool, np.bool_)) or _is_auto(value)
+
+
 def outline_option(outline):
     """Return ``outline`` as the heap's choice: None is :data:`OUTLINE_DEFAULT`.
 
@@ -127,7 +132,7 @@ def outline_option(outline):
         return OUTLINE_DEFAULT
     if _is_auto(outline):
         return "auto"
-    if not isinstance(outline, (bool, np.bool_)):  # (not 0 or 1: as debug=)
+    if not is_outline_choice(outline):  # (not 0 or 1: as debug=)
         raise TypeError(f"outline= must be None (the process default, DEVALLOC_OUTLINE), "
                         f"True, False or 'auto', got {type(outline).__name__}: {outline!r}")
     return bool(outline)

@@ -22,7 +22,8 @@ from .porting import (alloc_aligned, array, calloc, carve, carve_end, free_array
 
 #: The modules of the device package, for the interleaving explorer.
 MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "kinds", "chunks",
-           "api", "bumpalloc", "scope", "observe", "intrinsics", "porting", "gather", "outline")
+           "api", "bumpalloc", "scope", "observe", "intrinsics", "porting", "gather", "outline",
+           "outline_choice")
 
 __all__ = ["alloc", "alloc_aligned", "array", "bump", "calloc", "carve", "carve_end", "free",
            "free_array", "mark", "realloc", "release", "scoped", "usable_size", "view"]

@@ -32,7 +32,7 @@ from numba import config, cuda
 
 from .. import layout as L
 from ..ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
-from ..ctx import OUTLINE_DEFAULT, outline_option
+from ..ctx import OUTLINE_DEFAULT, is_outline_choice, outline_option
 from ..errors import HeapClosedError, OutOfMemoryError
 from . import observed
 from .paged import paged_meta
@@ -178,12 +178,10 @@ class Heap(Reading, Running):
         scoped, release) in device memory; see :meth:`trace`. With
         ``profile`` or ``trace`` the heap is *observed*: its ``ctx`` has its
         own type, so kernels compiled for a normal heap are unaffected.
-    :param outline: True: kernels call the allocator's bodies out of line (one
-        copy per kernel, a call per site: for kernels with many sites; a few
-        more registers), False: inline at every site, ``"auto"``: each kernel
-        calls one copy of a body it has several sites of and inlines a body it
-        has one site of; None (default): the process default (``"auto"``;
-        ``DEVALLOC_OUTLINE=0`` or ``1``: False or True). Part of ``heap.ctx``'s
+    :param outline: True: kernels call the allocator's bodies out of line (one copy
+        per kernel, a call per site), False: inline at every site, ``"auto"``: out of
+        line the bodies a kernel has several sites of; None (default): the process
+        default (``"auto"``; ``DEVALLOC_OUTLINE=0``/``1``). Part of ``heap.ctx``'s
         Numba type (``heap.outline``); :meth:`ctx_with` for one kernel. docs/outline.md.
 
     Creating a heap allocates and zeroes device memory; it launches no
@@ -339,22 +337,16 @@ class Heap(Reading, Running):
     def ctx_with(self, *, outline: bool | str) -> Ctx | DebugCtx | ObsCtx:
         """Return this heap's ctx typed for kernels that call its bodies out of line (or inline).
 
-        The same heap (memory, counters, trace) whose metadata's Numba type says
-        ``outline`` (True, False or ``"auto"``): a kernel given it compiles for that
-        choice; ``heap.ctx`` keeps ``heap.outline``. All may be used on one heap;
-        ``run`` swaps it like ``heap.ctx``. On the simulator: the heap's own arrays."""
+        The same heap (memory, counters, trace) whose metadata's Numba type says ``outline``
+        (True, False or ``"auto"``; ``heap.ctx`` keeps ``heap.outline``); ``run`` swaps it
+        like ``heap.ctx``. On the simulator: the heap's own arrays."""
         self._live()
-        if outline is None:
-            raise TypeError("ctx_with(outline=) must be True, False or 'auto', got None "
-                            "(heap.ctx has the heap's own choice)")
-        try:
-            outline = outline_option(outline)
-        except TypeError:
+        if not is_outline_choice(outline):
             raise TypeError(f"ctx_with(outline=) must be True, False or 'auto', "
-                            f"got {type(outline).__name__}: {outline!r}") from None
-        if outline == self.outline:
+                            f"got {type(outline).__name__}: {outline!r}")
+        if (outline := outline_option(outline)) == self.outline:
             return self._ctx
-        if outline not in self._other:
+        if outline not in self._other:  # (made once per choice and build)
             self._other[outline] = self._ctx._replace(
                 meta=paged_meta(self._meta, self.page_shift, outline))
         return self._other[outline]
