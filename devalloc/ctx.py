@@ -119,7 +119,7 @@ _SIZES = types.Array(types.uint16, 1, "C")
 
 
 def is_outline_choice(value):
-    """Return whether ``value`` is a choice ``outline=`` takes besides None: True, False or "auto"."""
+    """Return whether ``value`` is True, False or ``"auto"`` (``outline=``'s choices but None)."""
     return isinstance(value, (bool, np.bool_)) or _is_auto(value)
 
 

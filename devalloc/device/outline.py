@@ -28,21 +28,21 @@ returns its result as LLVM values (PTX ``.param``, registers in SASS), with
 no stack frame. docs/outline.md has the measurements behind it.
 
 Automatic (``"auto"``), the same body is emitted without ``noinline``,
-marked instead (:data:`devalloc.device.outline_choice.AUTO_MARK`). When a kernel's (or device function's)
-LLVM modules are turned into the text NVVM compiles (numba-cuda's
-``CUDACodeLibrary.llvm_strs``, wrapped by :func:`_install`), the calls are
-counted over the whole call graph, each device function as many times as
-NVVM will copy it, and each marked body gets ``noinline`` when its extra
-copies would hold ``SAVING`` instructions or more
-(:func:`devalloc.device.outline_choice.decide`);
-otherwise the mark is dropped and NVVM inlines the body, as it inlines
-``f`` itself. A kernel with one ``alloc`` compiles as it does inline; one
-with two or more, as out of line. The modules are shared between kernels
-(a device function's library is linked into each kernel that calls it), so
-the decision is made in each library's own text, never in the modules.
+marked instead (:data:`devalloc.device.outline_choice.AUTO_MARK`). When a
+kernel's (or device function's) LLVM modules become the text NVVM compiles
+(numba-cuda's ``CUDACodeLibrary.llvm_strs``, wrapped by :func:`_install`),
+the calls are counted over the whole call graph, each device function as
+many times as NVVM will copy it, and each marked body gets ``noinline``
+when its extra copies would hold ``outline_choice.SAVING`` instructions or
+more (:func:`devalloc.device.outline_choice.decide`); otherwise the mark is
+dropped and NVVM inlines the body, as it inlines ``f`` itself. A kernel
+with one ``alloc`` compiles as it does inline; one with two or more, as out
+of line. The modules are shared between kernels (a device function's
+library is linked into each kernel that calls it), so the decision is made
+in each library's own text, never in the modules.
 
-Who may call: the device paths (``core.alloc_site``/``free_site``, bump's
-claim, scoped's new chunk). What the call adds to a walked path (argument
+Who may call: the device paths (``core.alloc_site``/``free_site``,
+``bumpalloc.bump_site``, scoped's new chunk and chain of frees). What the call adds to a walked path (argument
 moves, ``CALL``, ``RET``, the callee's code) is measured by
 :mod:`devalloc.tools.paths`, which follows the call (docs/outline.md): alloc's
 paths +7 and +9 instructions, free's +20 and +21. With line info (the walker's builds) the wrapper gets a debug
@@ -89,11 +89,11 @@ else:
     from ..ctx import PagedMeta
     from .outline_choice import AUTO_MARK, decide, decided
 
-    def _symbol(pyfunc, sig):
+    def _symbol(pyfunc, sig, prefix="devalloc"):
         # A deterministic, valid symbol for (function, argument types).
         where = pyfunc.__module__.rsplit(".", 1)[-1]
         types_ = "_".join(re.sub(r"\W+", "", str(t)) for t in sig.args)
-        return f"devalloc_{where}_{pyfunc.__name__}_{types_}"
+        return f"{prefix}_{where}_{pyfunc.__name__}_{types_}"
 
     def _global(ptrty):
         # The global-space (addrspace 1) pointer type to what ptrty points to.
@@ -205,9 +205,8 @@ else:
             flat = [v for t, a in zip(sig.args, args) for v in _flatten(context, builder, t, a)]
             fnty = ir.FunctionType(context.get_value_type(sig.return_type),
                                    [v.type for v in flat])
-            name = _symbol(pyfunc, sig)
-            fn = cgutils.get_or_insert_function(mod, fnty, ("devalloc_auto" + name[8:])
-                                                if auto else name)
+            fn = cgutils.get_or_insert_function(
+                mod, fnty, _symbol(pyfunc, sig, "devalloc_auto" if auto else "devalloc"))
             if fn.is_declaration:
                 # (Numba links device functions as linkonce_odr: one copy
                 # per kernel, whichever module emitted it.)
@@ -297,9 +296,9 @@ else:
         naming ``f`` (NVVM inlines it), a call to the one out-of-line copy,
         or (``"auto"``) a call to a body that each kernel's code keeps out of
         line or lets NVVM inline, by how much code its copies would take
-        (:func:`devalloc.device.outline_choice.decide`). ``auto=False``: inline when the choice is
-        ``"auto"`` (a small body whose sites sit where a call costs
-        registers: scoped's chain of chunks, docs/outline.md).
+        (:func:`devalloc.device.outline_choice.decide`). ``auto=False``:
+        inline when the choice is ``"auto"`` (a small body whose sites sit
+        where a call costs registers: scoped's chain of chunks, docs/outline.md).
         """
         pyfunc = f.py_func
         name = pyfunc.__name__
