@@ -107,6 +107,7 @@ SECONDS = {
     "tests/test_codesize.py::test_an_extra_inline_call_site_costs_no_more_than_measured": 9,
     "tests/test_codesize.py::test_four_outlined_alloc_sites_fit_the_limit_when_the_kernel_asks": 30,
     "tests/test_codesize.py::test_the_ctx_type_chooses_outline_per_kernel": 15,
+    "tests/test_codesize.py::test_auto_inlines_one_site_and_calls_one_copy_for_several": 110,
 }
 
 #: Seconds to set up a module-scoped fixture ((module, fixture) -> seconds):
