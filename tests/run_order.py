@@ -108,6 +108,7 @@ SECONDS = {
     "tests/test_codesize.py::test_four_outlined_alloc_sites_fit_the_limit_when_the_kernel_asks": 30,
     "tests/test_codesize.py::test_the_ctx_type_chooses_outline_per_kernel": 15,
     "tests/test_codesize.py::test_auto_inlines_one_site_and_calls_one_copy_for_several": 110,
+    "tests/test_codesize.py::test_auto_counts_a_site_in_a_device_function_once_per_call_of_it": 25,
 }
 
 #: Seconds to set up a module-scoped fixture ((module, fixture) -> seconds):

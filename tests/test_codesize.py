@@ -339,3 +339,45 @@ def test_the_ctx_type_chooses_outline_per_kernel():
     got = _run(CHOICE, ("plain", "default", "inline"), None, default=True)
     assert got["plain"] >= 2 and got["default"] >= 2, got
     assert got["inline"] == 0, got
+
+
+DEVICE_FUNCTION = """
+import json, sys
+from numba import cuda, types
+import devalloc
+from devalloc.ctx import ctx_type_for
+from devalloc.tools import aot
+
+@cuda.jit(device=True)
+def g(ctx, n):
+    return devalloc.alloc(ctx, n)  # one site, in a user's device function
+
+def once(ctx, n, out):
+    i = cuda.grid(1)
+    out[i] = g(ctx, out[i])
+
+def twice(ctx, n, out):
+    i = cuda.grid(1)
+    out[i] = g(ctx, out[i]) ^ g(ctx, out[i] + n)
+
+rows = {}
+for label, k in (("once", once), ("twice", twice)):
+    for choice in ("auto", False):
+        sig = (ctx_type_for(outline=choice), types.int64, types.int64[::1])
+        ptx, _ = aot.compile_ptx(k, sig, cc=(9, 0))
+        r = aot.assemble(ptx, (9, 0))
+        rows[f"{label} {choice}"] = {"sass": r.sass_instructions, "calls": r.sass_calls}
+print(json.dumps(rows))
+"""
+
+
+@pytest.mark.slow
+def test_auto_counts_a_site_in_a_device_function_once_per_call_of_it():
+    # NVVM inlines g at each call: two calls of g are two copies of alloc,
+    # so "auto" calls one out-of-line copy (measured 3,544 SASS against
+    # 6,984 inline); g called once is inlined whole, as with outline=False.
+    got = _run(DEVICE_FUNCTION, ("-",), None)
+    assert got["once auto"] == got["once False"], got
+    assert got["once auto"]["calls"] == 0, got
+    assert got["twice auto"]["calls"] >= 2 and got["twice False"]["calls"] == 0, got
+    assert got["twice auto"]["sass"] < got["once auto"]["sass"] + 400, got
