@@ -38,9 +38,8 @@ OUTLINE_CHOICES = (False, True, "auto")
 def _outline_env(value):
     # DEVALLOC_OUTLINE: unset or "auto" -> "auto"; "", "0", "false", "no",
     # "off" -> False; anything else -> True (as "1" always meant).
-    if value is None or value.strip().lower() == "auto":
-        return "auto"
-    return value.strip().lower() not in ("", "0", "false", "no", "off")
+    word = "auto" if value is None else value.strip().lower()
+    return "auto" if word == "auto" else word not in ("", "0", "false", "no", "off")
 
 
 #: The process default of the out-of-line build (docs/outline.md):
@@ -130,12 +129,10 @@ def outline_option(outline):
     """
     if outline is None:
         return OUTLINE_DEFAULT
-    if _is_auto(outline):
-        return "auto"
     if not is_outline_choice(outline):  # (not 0 or 1: as debug=)
         raise TypeError(f"outline= must be None (the process default, DEVALLOC_OUTLINE), "
                         f"True, False or 'auto', got {type(outline).__name__}: {outline!r}")
-    return bool(outline)
+    return "auto" if _is_auto(outline) else bool(outline)
 
 
 def ctx_type_for(page_shift=PAGE_SHIFT, kind="normal", outline=None):

@@ -42,7 +42,8 @@ library is linked into each kernel that calls it), so the decision is made
 in each library's own text, never in the modules.
 
 Who may call: the device paths (``core.alloc_site``/``free_site``,
-``bumpalloc.bump_site``, scoped's new chunk and chain of frees). What the call adds to a walked path (argument
+``bumpalloc.bump_site``, scoped's new chunk and chain of frees). What the
+call adds to a walked path (argument
 moves, ``CALL``, ``RET``, the callee's code) is measured by
 :mod:`devalloc.tools.paths`, which follows the call (docs/outline.md): alloc's
 paths +7 and +9 instructions, free's +20 and +21. With line info (the walker's builds) the wrapper gets a debug
