@@ -146,16 +146,12 @@ def test_an_extra_inline_call_site_costs_no_more_than_measured():
         assert got[op]["per_extra_site"] <= limit, (op, got[op])
     for op, e in got.items():
         for k, r in e["sites"].items():
+            # Every site inlined whole: no call, no stack frame. (Four scoped
+            # sites kept two calls and an 8- to 32-byte frame, NVVM's inliner
+            # out of budget, until the too-small spare's link is cleared
+            # before its chain is freed: docs/outline.md, "A shared chain of frees".)
             assert r["spill_bytes"] == 0, (op, k, r)
-            if (op, k) == ("scoped", "4"):
-                # NVVM keeps two of four scoped sites as calls (Numba's
-                # convention returns through a stack slot: 8 bytes measured,
-                # 32 before the index's 32-bit masks; no spill); forceinline
-                # would take them in but lengthen the walked scoped path by
-                # 26 instructions (docs/outline.md).
-                assert r["stack_bytes"] <= 32 and r["calls"] <= 2, (op, k, r)
-            else:  # every site inlined whole: no call, no stack frame
-                assert r["stack_bytes"] == 0 and r["calls"] == 0, (op, k, r)
+            assert r["stack_bytes"] == 0 and r["calls"] == 0, (op, k, r)
     for k, limit in ISSUE_REGISTERS.items():
         # Issue 28's limits, met inline: measured 34 and 44 (34 and 45
         # before the index's 32-bit masks).
@@ -168,13 +164,13 @@ ISSUE_REGISTERS = {"1": 36, "4": 44}
 
 #: The default, automatic mode (``outline="auto"``), measured (sm_90,
 #: numba-cuda 0.30.4, CUDA 13 tools): SASS per extra site alloc 29, free 26,
-#: view 66, bump 18, scoped 696 (its one-site kernel inline, its two- and
-#: four-site kernels call scoped's new chunk and inline the chain frees:
-#: docs/outline.md, "Automatic"); registers 1/2/4 sites alloc 34/44/48, free
-#: 32/34/32, view 33/46/48, bump 40/56/52, scoped 45/61/72. Pinned: the
-#: issue's site limits where they are met (scoped: as measured + 5 %), and
-#: one site exactly as inline.
-AUTO_SITE = {"alloc": 400, "free": 150, "view": 400, "bump": 400, "scoped": 730}
+#: view 66, bump 18, scoped 354 (its one-site kernel inline, its two- and
+#: four-site kernels call scoped's new chunk and its chain of frees, which
+#: release shares: docs/outline.md, "A shared chain of frees"; 696 while the
+#: chain frees stayed inline); registers 1/2/4 sites alloc 34/44/48, free
+#: 32/34/32, view 33/46/48, bump 40/56/52, scoped 45/64/72. Pinned: the
+#: issue's site limits, and one site as inline.
+AUTO_SITE = {"alloc": 400, "free": 150, "view": 400, "bump": 400, "scoped": 400}
 
 
 BOTH = """
@@ -196,16 +192,21 @@ def test_auto_inlines_one_site_and_calls_one_copy_for_several():
         e = auto[op]
         assert e["per_extra_site"] <= limit, (op, e)
         one, alone = e["sites"]["1"], inline[op]["sites"]["1"]
-        for key in ("sass_instructions", "registers", "stack_bytes", "calls"):
-            if op == "view" and key == "sass_instructions":
-                # (alloc's body crosses as global-space pointers: 8 fewer, measured)
-                assert one[key] <= alone[key], (op, one, alone)
-            else:
-                assert one[key] == alone[key], (op, key, one, alone)
+        for key in ("registers", "stack_bytes", "calls"):
+            assert one[key] == alone[key], (op, key, one, alone)
+        # The same code but for NVVM's ordering, which follows PYTHONHASHSEED
+        # and what the process compiled before: view's one-site kernel is
+        # 4,224 or 4,232 in either build, scoped's 5,576 or 5,592 under
+        # "auto" (measured with seeds 0 to 5; docs/outline.md).
+        assert abs(one["sass_instructions"] - alone["sass_instructions"]) <= 16, (op, one, alone)
         for k, r in e["sites"].items():
             assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0, (op, k, r)
     for op, k in (("alloc", "2"), ("alloc", "4"), ("bump", "2"), ("bump", "4"), ("free", "4")):
         assert auto[op]["sites"][k]["calls"] >= int(k), (op, auto[op])  # one copy, called
+    for k in ("2", "4"):
+        # scoped's new chunk at each site, and its chain of frees (one copy:
+        # release's and the new chunk's) from release and from the new chunk.
+        assert auto["scoped"]["sites"][k]["calls"] == int(k) + 2, auto["scoped"]
     # free: two copies of its small body stay inline, four go out of line
     # (outline_choice.SAVING); its per-site cost is measured from 1 to 4.
     assert auto["free"]["sites"]["2"]["calls"] == 0, auto["free"]

@@ -80,14 +80,36 @@ def test_unmarked_functions_never_go_out_of_line_and_cycles_do():
     assert oc.decide_graph(loop, {"L": 5}, {"L"}) == {"L"}
 
 
-def module_with(sites, marked=True):
+def test_a_shared_body_follows_the_bodies_out_of_line():
+    # scoped's chain of frees S: called by its new chunk N and by release (in
+    # the kernel). Never out of line for its size alone; out of line when a
+    # copy lies in a body out of line and another elsewhere: one copy serves both.
+    for sites, away in ((1, set()), (2, {"N", "S"}), (4, {"N", "S"})):
+        calls = graph(kernel=["N"] * sites + ["S"], N=["S"])
+        sizes = sizes_of(calls, N=BIG, S=BIG)
+        assert oc.decide_graph(calls, sizes, {"N", "S"}, shared={"S"}) == away, sites
+    # Many copies of S in the kernel alone (scope loops): inline, whatever its size.
+    calls = graph(kernel=["S"] * 6)
+    assert oc.decide_graph(calls, sizes_of(calls, S=BIG), {"S"}, shared={"S"}) == set()
+    # One copy, inside a body out of line (no release in the kernel): inline in it.
+    calls = graph(kernel=["N"] * 4, N=["S"])
+    assert oc.decide_graph(calls, sizes_of(calls, N=BIG, S=BIG), {"N", "S"}, shared={"S"}) == {"N"}
+    # Two copies, both inside a body out of line: one copy (a call from each).
+    calls = graph(kernel=["N"] * 4, N=["S", "S"])
+    assert oc.decide_graph(calls, sizes_of(calls, N=BIG, S=BIG), {"N", "S"}, shared={"S"}) == {"N", "S"}
+    # A copy inside a function that an out-of-line body inlines counts as inside.
+    calls = graph(kernel=["N"] * 2 + ["S"], N=["g"], g=["S"])
+    assert oc.decide_graph(calls, sizes_of(calls, N=BIG, S=BIG), {"N", "S"}, shared={"S"}) == {"N", "S"}
+
+
+def module_with(sites, marked=True, mark=oc.AUTO_MARK):
     # A module like Numba's: a kernel calling an automatic body `sites` times.
     m = ir.Module("k")
     i64 = ir.IntType(64)
     body = ir.Function(m, ir.FunctionType(i64, [i64]), "devalloc_auto_core_alloc_x")
     body.linkage = "linkonce_odr"
     if marked:
-        set.add(body.attributes, oc.AUTO_MARK)
+        set.add(body.attributes, mark)
     b = ir.IRBuilder(body.append_basic_block("entry"))
     v = body.args[0]
     for _ in range(3):
@@ -103,8 +125,8 @@ def module_with(sites, marked=True):
 
 def test_call_graph_reads_llvmlite_modules_and_counts_a_shared_body_once():
     a, b = module_with(2), module_with(1)
-    calls, sizes, marked = oc.call_graph([a, b])
-    assert marked == {"devalloc_auto_core_alloc_x"}
+    calls, sizes, marked, shared = oc.call_graph([a, b])
+    assert marked == {"devalloc_auto_core_alloc_x"} and shared == set()
     assert calls["kernel"] == {"devalloc_auto_core_alloc_x": 2}  # the first module's
     assert sizes["devalloc_auto_core_alloc_x"] == 4  # three adds and the ret
     assert oc.decide([a], saving=4) == {"devalloc_auto_core_alloc_x"}
@@ -123,3 +145,15 @@ def test_decided_text_says_noinline_or_nothing_on_the_define_line_only():
     assert "noinline" not in inline
     assert away.replace(" noinline", "") == inline  # nothing else changes
     assert oc.decided(str(module_with(1, marked=False)), {"x"}) == str(module_with(1, marked=False))
+
+
+def test_a_shared_mark_is_read_and_decided_like_the_other():
+    shared = module_with(2, mark=oc.SHARED_MARK)
+    calls, sizes, marked, names = oc.call_graph([shared])
+    assert marked == names == {"devalloc_auto_core_alloc_x"}
+    assert oc.decide([shared], saving=1) == set()  # two copies, none inside a body out of line
+    text = str(shared)
+    assert oc.SHARED_MARK in text and oc.AUTO_MARK not in text
+    away = oc.decided(text, {"devalloc_auto_core_alloc_x"})
+    assert oc.SHARED_MARK not in away and away.count(" noinline") == 1
+    assert oc.decided(text, set()) == away.replace(" noinline", "")

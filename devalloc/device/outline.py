@@ -42,7 +42,9 @@ library is linked into each kernel that calls it), so the decision is made
 in each library's own text, never in the modules.
 
 Who may call: the device paths (``core.alloc_site``/``free_site``,
-``bumpalloc.bump_site``, scoped's new chunk and chain of frees). What the
+``bumpalloc.bump_site``, scoped's new chunk and chain of frees, the latter
+with ``auto="shared"``: under ``"auto"`` out of line only beside a body out
+of line that holds a copy of it). What the
 call adds to a walked path (argument
 moves, ``CALL``, ``RET``, the callee's code) is measured by
 :mod:`devalloc.tools.paths`, which follows the call (docs/outline.md): alloc's
@@ -88,7 +90,7 @@ else:
     _literal_first = _make_intrinsic(target="cuda", prefer_literal=True)
 
     from ..ctx import PagedMeta
-    from .outline_choice import AUTO_MARK, decide, decided
+    from .outline_choice import AUTO_MARK, MARKS, SHARED_MARK, decide, decided
 
     def _symbol(pyfunc, sig, prefix="devalloc"):
         # A deterministic, valid symbol for (function, argument types).
@@ -193,11 +195,12 @@ else:
         return mod.add_debug_info("DILocation", {"line": code.co_firstlineno, "column": 1,
                                                  "scope": subprogram})
 
-    def _out_of_line(f, auto=False):
+    def _out_of_line(f, mark=None):
         """Return the code generation of a call to device function ``f`` out of line.
 
-        ``auto``: the body is marked for the kernel's decision
-        (:data:`~devalloc.device.outline_choice.AUTO_MARK`) instead of ``noinline``.
+        ``mark``: the body is marked for the kernel's decision
+        (:data:`~devalloc.device.outline_choice.AUTO_MARK` or ``SHARED_MARK``)
+        instead of ``noinline``.
         """
         pyfunc = f.py_func
 
@@ -207,12 +210,12 @@ else:
             fnty = ir.FunctionType(context.get_value_type(sig.return_type),
                                    [v.type for v in flat])
             fn = cgutils.get_or_insert_function(
-                mod, fnty, _symbol(pyfunc, sig, "devalloc_auto" if auto else "devalloc"))
+                mod, fnty, _symbol(pyfunc, sig, "devalloc_auto" if mark else "devalloc"))
             if fn.is_declaration:
                 # (Numba links device functions as linkonce_odr: one copy
                 # per kernel, whichever module emitted it.)
-                if auto:
-                    set.add(fn.attributes, AUTO_MARK)  # (llvmlite knows no string attributes)
+                if mark:
+                    set.add(fn.attributes, mark)  # (llvmlite knows no string attributes)
                 else:
                     fn.attributes.add("noinline")
                 body = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -278,7 +281,7 @@ else:
             if self._llvm_strs is None:
                 modules = self.modules
                 texts = [str(mod) for mod in modules]
-                if any(AUTO_MARK in t for t in texts):
+                if any(mark in t for t in texts for mark in MARKS):
                     away = decide(modules)
                     texts = [decided(t, away) for t in texts]
                 self._llvm_strs = texts
@@ -297,13 +300,17 @@ else:
         naming ``f`` (NVVM inlines it), a call to the one out-of-line copy,
         or (``"auto"``) a call to a body that each kernel's code keeps out of
         line or lets NVVM inline, by how much code its copies would take
-        (:func:`devalloc.device.outline_choice.decide`). ``auto=False``:
-        inline when the choice is ``"auto"`` (a small body whose sites sit
-        where a call costs registers: scoped's chain of chunks, docs/outline.md).
+        (:func:`devalloc.device.outline_choice.decide`). ``auto="shared"``:
+        under ``"auto"``, out of line only when a copy of it lies in a body
+        that goes out of line and it has another (scoped's chain of frees:
+        small, and its sites sit where a call costs registers; docs/outline.md).
         """
+        if auto not in (True, "shared"):
+            raise ValueError(f"outline({f!r}, auto={auto!r}): auto is True or 'shared'")
         pyfunc = f.py_func
         name = pyfunc.__name__
-        gens = {True: _out_of_line(f), "auto": _out_of_line(f, auto=True), False: _inline(f)}
+        gens = {True: _out_of_line(f), False: _inline(f),
+                "auto": _out_of_line(f, SHARED_MARK if auto == "shared" else AUTO_MARK)}
 
         def resolve(typingctx, args):
             away = outlined(args[0])
@@ -313,7 +320,7 @@ else:
             sig = typingctx.resolve_function_type(fnty, args, {})
             if sig is None:
                 raise TypingError(f"outline({name}): no signature for {args}")
-            return sig, gens[False if (away == "auto" and not auto) else away]
+            return sig, gens[away]
 
         # Numba's intrinsics take named parameters (no *args): f's own.
         # Literal arguments first: a call to f itself types f with them as

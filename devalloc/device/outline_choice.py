@@ -8,7 +8,9 @@ scoped's new chunk) is emitted once per LLVM module as a function marked
 the text NVVM compiles, :func:`decide` counts how many copies of each body
 the kernel would hold inline and :func:`decided` rewrites the mark in that
 text: ``noinline`` (one copy, a call at each site) or nothing (NVVM
-inlines it at its one site, as it inlines the body itself). A device
+inlines it at its one site, as it inlines the body itself). A body marked
+:data:`SHARED_MARK` instead follows the bodies out of line: it goes out of
+line only to share one copy between one of them and the rest. A device
 function's modules are shared by every kernel that calls it, so the
 decision is made in each kernel's own text, never in the modules.
 docs/outline.md, "Automatic: chosen per kernel".
@@ -18,6 +20,17 @@ docs/outline.md, "Automatic: chosen per kernel".
 #: (``define ... @"devalloc_auto_..."(...) "devalloc-auto"``). NVVM ignores
 #: an unknown string attribute, so a text left undecided inlines the body.
 AUTO_MARK = '"devalloc-auto"'
+
+#: The mark of a body that follows the bodies out of line
+#: (``outline(f, auto="shared")``): out of line only when one of its copies
+#: lies in a body that goes out of line and it has another copy, so that the
+#: out-of-line body and the rest of the kernel share one copy of it; never
+#: for its size alone (scoped's chain of frees: its copies sit in scope
+#: loops, where a call costs registers; docs/outline.md).
+SHARED_MARK = '"devalloc-auto-shared"'
+
+#: Both marks (neither is part of the other: each ends with its quote).
+MARKS = (AUTO_MARK, SHARED_MARK)
 
 #: How much code an automatic body must save to go out of line: the
 #: instructions of Numba's LLVM IR that its extra copies hold, (copies - 1)
@@ -30,20 +43,24 @@ SAVING = 16000
 
 
 def call_graph(modules):
-    """Return ``(calls, sizes, marked)`` of the functions defined in ``modules``.
+    """Return ``(calls, sizes, marked, shared)`` of the functions defined in ``modules``.
 
     ``calls[f]``: ``{callee: number of call instructions in f}``;
     ``sizes[f]``: f's own instructions; ``marked``: the functions with
-    :data:`AUTO_MARK`. A function defined in several modules (Numba links
+    :data:`AUTO_MARK` or :data:`SHARED_MARK`; ``shared``: those with the
+    latter. A function defined in several modules (Numba links
     device functions ``linkonce_odr``: the same body) counts once.
     """
-    calls, sizes, marked = {}, {}, set()
+    calls, sizes, marked, shared = {}, {}, set(), set()
     for mod in modules:
         for fn in mod.functions:
             if fn.is_declaration or fn.name in calls:
                 continue
             if AUTO_MARK in fn.attributes:
                 marked.add(fn.name)
+            if SHARED_MARK in fn.attributes:
+                marked.add(fn.name)
+                shared.add(fn.name)
             counts = calls[fn.name] = {}
             sizes[fn.name] = 0
             for block in fn.blocks:
@@ -52,10 +69,10 @@ def call_graph(modules):
                     callee = getattr(ins, "callee", None)
                     if ins.opname == "call" and hasattr(callee, "is_declaration"):
                         counts[callee.name] = counts.get(callee.name, 0) + 1
-    return calls, sizes, marked
+    return calls, sizes, marked, shared
 
 
-def decide_graph(calls, sizes, marked, saving=SAVING):
+def decide_graph(calls, sizes, marked, saving=SAVING, shared=frozenset()):
     """Return the marked functions of a call graph that go out of line.
 
     Roots (functions nobody calls: the kernel, or the device function being
@@ -64,7 +81,10 @@ def decide_graph(calls, sizes, marked, saving=SAVING):
     their calls to it. Callers are decided before callees: a marked body
     goes out of line when ``(copies - 1) * size >= saving`` (``size``: its
     instructions with its callees', inlined), and then counts as one copy
-    for its own callees. A marked body that no root reaches in order (a
+    for its own callees. A marked body in ``shared`` goes out of line
+    instead when it has two copies or more and one of them lies in a body
+    out of line (the copies inside out-of-line bodies are counted apart,
+    ``inner``). A marked body that no root reaches in order (a
     call cycle, which device code does not have) goes out of line.
     """
     order, seen = [], set()
@@ -85,14 +105,20 @@ def decide_graph(calls, sizes, marked, saving=SAVING):
     for name in order:
         size[name] = sizes[name] + sum(k * size.get(c, 0) for c, k in calls[name].items())
     copies = {name: (1 if name in roots else 0) for name in calls}
+    inner = dict.fromkeys(calls, 0)  # of copies: those inside out-of-line bodies
     away = set(marked) - set(order)
     for name in reversed(order):  # callers before callees
-        if name in marked and (copies[name] - 1) * size[name] >= saving:
+        if name in shared:
+            out = name in marked and copies[name] >= 2 and inner[name] >= 1
+        else:
+            out = name in marked and (copies[name] - 1) * size[name] >= saving
+        if out:
             away.add(name)
-            copies[name] = 1
+            copies[name] = inner[name] = 1
         for callee, k in calls[name].items():
             if callee in copies:
                 copies[callee] += copies[name] * k
+                inner[callee] += inner[name] * k
     return away
 
 
@@ -102,18 +128,20 @@ def decide(modules, saving=SAVING):
     ``modules``: the llvmlite modules of one code library (a kernel or a
     device function compiled alone, with every library it links).
     """
-    return decide_graph(*call_graph(modules), saving=saving)
+    calls, sizes, marked, shared = call_graph(modules)
+    return decide_graph(calls, sizes, marked, saving=saving, shared=shared)
 
 
 def decided(text, away):
     """Return module text ``text`` with each automatic body's mark replaced.
 
     ``noinline`` for the bodies named in ``away``, nothing for the others
-    (NVVM inlines them). Only ``define`` lines carry the mark.
+    (NVVM inlines them). Only ``define`` lines carry a mark.
     """
     lines = text.split("\n")
     for i, line in enumerate(lines):
-        if line.startswith("define ") and AUTO_MARK in line:
-            name = line.split("@", 1)[1].split("(", 1)[0].strip('"')
-            lines[i] = line.replace(" " + AUTO_MARK, " noinline" if name in away else "", 1)
+        for mark in MARKS:
+            if line.startswith("define ") and mark in line:
+                name = line.split("@", 1)[1].split("(", 1)[0].strip('"')
+                lines[i] = line.replace(" " + mark, " noinline" if name in away else "", 1)
     return "\n".join(lines)

@@ -178,10 +178,12 @@ def _first(arena, c):
 
 #: The out-of-line copy (devalloc.device.outline; the function itself unless
 #: it is enabled) of freeing a chain of chunks, for release and _next_chunk.
-#: Inline when the heap's choice is "auto": its copies are small, and the
-#: calls sit in scope loops where a call costs registers (the probe kernel
-#: ``scoped``: 52 registers inline, 64 with it out of line; docs/outline.md).
-_free_from_out = outline(_free_from, auto=False)
+#: Under "auto" it follows _next_chunk: out of line when _next_chunk is (a
+#: kernel with several scoped sites: its copy there and release's share
+#: one), inline otherwise; never for its size alone, since the calls sit in
+#: scope loops where a call costs registers (the probe kernel ``scoped``: 52
+#: registers inline, 64 with it out of line; docs/outline.md).
+_free_from_out = outline(_free_from, auto="shared")
 
 
 @cuda.jit(device=True)
@@ -255,8 +257,12 @@ def _next_chunk(ctx, chunk, size, have):
             if L.SCOPE_HEADER + size <= _word(arena, spare + L.CHUNK_SIZE):
                 chunks.scratch_check(ctx, spare + L.SCOPE_HEADER, size)
                 return spare
-            _free_from_out(ctx, spare)  # too small: replaced by a larger one
+            # Too small: replaced by a larger one. Unlinked first (the same
+            # thread owns both chunks; nothing reads the link in between):
+            # with the free after it, ptxas kept more live across the free's
+            # call (4 registers more under "auto", docs/outline.md).
             _set_word(arena, chunk + L.CHUNK_NEXT, 0)
+            _free_from_out(ctx, spare)
     return _new_chunk(ctx, chunk, size, have)
 
 
