@@ -344,6 +344,55 @@ def steps_in_scopes(ctx, steps, nbytes, out):
     out[steps] = devalloc.release(ctx, s, outer)
 
 
+@cuda.jit
+def spare_then_larger(ctx, small, large, out):
+    # An inner scope takes a second chunk (B) after the first (A) and is
+    # released: B stays as A's spare. The next inner scope asks for more
+    # than B holds: B is unlinked and freed, a larger chunk (C) takes its
+    # place. Writes the offsets, the state and both marks (scopes left open).
+    outer = devalloc.mark(ctx, devalloc.SCOPE_NONE)
+    a, s = devalloc.scoped(ctx, outer, 64)
+    inner = devalloc.mark(ctx, s)
+    b, s = devalloc.scoped(ctx, inner, small)
+    s = devalloc.release(ctx, s, inner)
+    inner = devalloc.mark(ctx, s)
+    c, s = devalloc.scoped(ctx, inner, large)
+    out[0] = a
+    out[1] = b
+    out[2] = c
+    out[3] = s
+    out[4] = inner
+    out[5] = outer
+
+
+def test_a_spare_chunk_too_small_is_freed_and_replaced():
+    # _next_chunk's case of a spare too small (unlinked, then its chain freed).
+    heap = devalloc.Heap(L.capacity_for_pages(8))
+    out = cuda.device_array(6, np.int64)
+    spare_then_larger[1, 1](heap.ctx, 300, 2000, out)
+    a, b, c, s, inner, outer = (int(v) for v in out.copy_to_host())
+    assert devalloc.NULL not in (a, b, c) and len({a, c}) == 2
+    # B was asked for max(4 x 300 + header, twice A) bytes, less than 2,000 + header;
+    # C for four times 2,000 plus the header (and may take B's freed page).
+    live = dict(heap.live())
+    assert set(live) == {a - L.SCOPE_HEADER, c - L.SCOPE_HEADER}, live  # B freed
+    assert live[c - L.SCOPE_HEADER] >= 4 * 2000 + L.SCOPE_HEADER
+    u = heap.usage()
+    assert (u.scoped_chunks, u.failed, u.scope_misuse) == (2, 0, 0)
+    assert u.scoped_bytes == sum(live.values())
+    assert L.scope_chunk(s) == c - L.SCOPE_HEADER and L.scope_depth(s) == 2
+    # C is linked after A: the inner release goes back to A, the outer frees both.
+    res = cuda.device_array(1, np.int64)
+    release_state[1, 1](heap.ctx, s, inner, res)
+    back = int(res.copy_to_host()[0])
+    assert L.scope_chunk(back) == a - L.SCOPE_HEADER and L.scope_depth(back) == 1
+    release_state[1, 1](heap.ctx, back, outer, res)
+    assert res.copy_to_host()[0] == devalloc.SCOPE_NONE
+    u = heap.usage()
+    assert (u.scoped_chunks, u.scoped_bytes, u.reserved, u.scope_misuse) == (0, 0, 0, 0)
+    assert heap.live() == []
+
+
 @COUNTS_ATOMICS
 def test_inner_scopes_reuse_the_chunk_without_atomics():
     from devalloc.sim.atomics import count_atomics
