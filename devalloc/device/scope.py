@@ -259,8 +259,8 @@ def _next_chunk(ctx, chunk, size, have):
                 return spare
             # Too small: replaced by a larger one. Unlinked first (the same
             # thread owns both chunks; nothing reads the link in between):
-            # with the free after it, ptxas kept more live across the free's
-            # call (4 registers more under "auto", docs/outline.md).
+            # freed first, the kernels of 2 and 4 scoped sites took 4
+            # registers more under "auto" (docs/outline.md).
             _set_word(arena, chunk + L.CHUNK_NEXT, 0)
             _free_from_out(ctx, spare)
     return _new_chunk(ctx, chunk, size, have)
