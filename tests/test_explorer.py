@@ -81,6 +81,17 @@ def test_exhaustive_exploration_finds_no_violation(sc):
         assert r.schedules > 1000 and r.states > 100
 
 
+@pytest.mark.parametrize("sc", scenarios.KNOWN_LIMITS, ids=lambda sc: sc.name)
+def test_known_limits_are_still_found(sc):
+    # A limit docs/correctness.md states, pinned: the explorer finds a
+    # schedule that breaks the scenario's rule. When a change removes the
+    # limit, this fails: move the scenario to EXHAUSTIVE and fix the doc.
+    r = explorer.explore(sc, BOUNDS.max_executions)
+    print(r.summary())
+    assert not r.ok, r.summary()
+    assert "returned NULL" in r.report(), r.report()
+
+
 @pytest.mark.parametrize("sc, depth", [
     tier((sc.name, depth) == FAST_PCT, sc, depth, id_=f"{sc.name}-{depth}")
     for sc in scenarios.PCT for depth in BOUNDS.pct_depths])

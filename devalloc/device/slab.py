@@ -360,6 +360,7 @@ DONE = -2
 _FREE = 0x100
 _RECHECK = 0x200
 _BUSY = 0x400
+_LAST = 0x800  # the free pages gave nothing: the last look at the room index
 _HINT_SHIFT = 16  # the hint's metadata index (< 2**16: HEADER_WORDS)
 
 
@@ -463,7 +464,10 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
     a stale entry is repaired, :func:`pages._repair`). Before the pass's
     first free page it reads the room index once more: a slab another
     thread took meanwhile for the class is marked there before its page
-    leaves the free-page index. An empty index answers with one load (its
+    leaves the free-page index; and when the free pages gave nothing, a
+    last time (a slab taken between that look and our read of the
+    free-page index is marked by then: without it such a search returned
+    NULL beside the new slab). An empty index answers with one load (its
     top word), so a heap with no page that can serve says so at once. A
     pass that lost a race (BUSY; ``busy``: the hint's page did, ``tried``:
     it was tried) is followed by another, for as long as passes lose races
@@ -492,12 +496,20 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             w = int32(v) if v >= 0 else int32(DONE)
             bits = uint32(x)
         if bits == 0:  # this index has no more candidates
-            if st & _FREE:  # a pass ends
+            if st & _FREE:  # the free pages end
+                if st & _BUSY:  # a race lost: the pass again
+                    st = uint32((st & (0xFFFFFFFF ^ _BUSY)) | _RECHECK)
+                else:
+                    # None: the room index a last time. A slab another
+                    # leader took for the class after our last look there is
+                    # marked before its page left the free-page index.
+                    st = uint32(st | _LAST)
+            elif st & _LAST:  # the last look at the room index ends
                 if not st & _BUSY:  # no race lost: every candidate was NO
                     _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
                     _pcount(prof, L.P_FAILED_FULL, int64(want))  # the lanes left NULL
                     return 0
-                st = uint32((st & (0xFFFFFFFF ^ _BUSY)) | _RECHECK)
+                st = uint32((st & (0xFFFFFFFF ^ (_BUSY | _LAST))) | _RECHECK)
             st = uint32(st ^ _FREE)
             w = int32(START)
             continue
