@@ -61,13 +61,15 @@ def _check(by, kernel, pages, budget):
 
 #: The 16 KiB page's figures of the probe kernels (sm_90, numba-cuda 0.30.4,
 #: CUDA 13: ``python -m devalloc.probes --cc 90``), for the fast test, which
-#: compiles the 1 KiB page only.
-ALLOC_VIEW_FREE_16K = {"sass": 4480, "atomics": 133}
+#: compiles the 1 KiB page only. 4,480 and 133 until a search looked at the
+#: room index again before each free page it tries (its held page and the
+#: look at a page left for its taker: 4,608 and 137).
+ALLOC_VIEW_FREE_16K = {"sass": 4608, "atomics": 137}
 
 
 def test_alloc_view_free_compiles_alike_on_1_kib_pages():
-    # Measured sm_90: 40 registers on 1 KiB pages and on 16 KiB (the budget
-    # of test_compile.py is 52); 4,488 SASS instructions against 4,480.
+    # Measured sm_90: 32 registers on 1 KiB pages and on 16 KiB (the budget
+    # of test_compile.py is 52; 40 before the held free page).
     r = _compile(["alloc_view_free"], ["10"])[("alloc_view_free", "10")]
     assert r["spill"] == 0 and r["stack"] == 0, r
     assert r["registers"] <= 52, r

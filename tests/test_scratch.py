@@ -230,9 +230,9 @@ def test_bump_shares_the_arena_with_slabs(outline):
     # the GPU did was not seen. On the simulator, at a fine interleaving, the
     # exact heap fails through the bump herd (bumps apart now), a search
     # missing a slab taken meanwhile (fixed: slab._search's last look at the
-    # room index) and two lone leaders of one class taking two pages (a
-    # known limit: bench/exact_fit.py; docs/correctness.md, "Where two
-    # takers meet"), which a warp's group of one class does not meet.
+    # room index) and two lone leaders of one class taking two pages (fixed
+    # since: a search tries the free page it read before its last look;
+    # bench/exact_fit.py; docs/correctness.md, "Where two takers meet").
     heap = devalloc.Heap(L.capacity_for_pages(9), outline=outline)
     out = cuda.device_array((32, 4), np.int64)
     bad = cuda.to_device(np.zeros(32, np.int64))

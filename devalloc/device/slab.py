@@ -361,6 +361,7 @@ _FREE = 0x100
 _RECHECK = 0x200
 _BUSY = 0x400
 _LAST = 0x800  # the free pages gave nothing: the last look at the room index
+_FLOOR = 0x1000  # the free pass goes on above the held page
 _HINT_SHIFT = 16  # the hint's metadata index (< 2**16: HEADER_WORDS)
 
 
@@ -461,12 +462,18 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
     Candidates, in order: the slabs of class ``c`` that may have room (the
     room index, lowest first; one that cannot serve is taken out of it,
     :func:`_room_drop`); the free pages (the free-page index, lowest first;
-    a stale entry is repaired, :func:`pages._repair`). Before the pass's
-    first free page it reads the room index once more: a slab another
-    thread took meanwhile for the class is marked there before its page
-    leaves the free-page index; and when the free pages gave nothing, a
-    last time (a slab taken between that look and our read of the
-    free-page index is marked by then: without it such a search returned
+    a stale entry is repaired, :func:`pages._repair`, unless it is a slab
+    of another class with room, :func:`_has_room`). Before each free page
+    it tries, it reads the room index once more, *after* reading that page
+    in the free-page index, and then tries the page it read (``held``, not
+    read again); the pass then goes on above that page (``_FLOOR``). A slab
+    another thread took meanwhile for the class is marked in the room index
+    before its page leaves the free-page index, so a page read after the
+    look could be a second slab for the class (two lone leaders each took
+    a page: docs/correctness.md, "Where two takers meet"). When the free
+    pages gave nothing, it reads the room index a last time (a slab taken
+    between that look and our read of the free-page index is marked by
+    then: without it such a search returned
     NULL beside the new slab). An empty index answers with one load (its
     top word), so a heap with no page that can serve says so at once. A
     pass that lost a race (BUSY; ``busy``: the hint's page did, ``tried``:
@@ -480,11 +487,15 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
     n = uint32(npages)
     # One word of flags and the passes left (registers): _FREE set while on
     # the free-page index (else the room index), _RECHECK while the room
-    # index is to be read once more, _BUSY when a race was lost this pass.
+    # index is to be read before the next free page, _BUSY when a race was
+    # lost this pass, _LAST during the last look, _FLOOR when the free pass
+    # goes on above page p.
     st = uint32(_RECHECK | (_BUSY if busy else 0) | (hint_idx << _HINT_SHIFT))
     w = int32(START)  # the index word to look at next
     bits = uint32(0)  # candidates left in the word before it
     seen = uint32(1) if tried else uint32(0)  # pages tried (profiled heaps only)
+    held = uint32(0)  # the free page (+ 1) to try after the room index's recheck
+    p = uint32(0)  # the page tried last
     while True:
         # Hidden each time: what derives from npages is not hoisted out of
         # the loop and kept live across it (registers).
@@ -495,6 +506,13 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             v, x = _index_find(meta, base, npages, w, True)
             w = int32(v) if v >= 0 else int32(DONE)
             bits = uint32(x)
+            if st & _FLOOR:  # after the held page p: only the pages above it
+                st = uint32(st ^ _FLOOR)
+                if w == int32(p >> L.WORD_SHIFT):
+                    bits = uint32(bits & uint32(uint32(0xFFFFFFFE) << (p & uint32(31))))
+                    if bits == 0:
+                        w = int32(w + 1)
+                        continue
         if bits == 0:  # this index has no more candidates
             if st & _FREE:  # the free pages end
                 if st & _BUSY:  # a race lost: the pass again
@@ -512,18 +530,34 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
                 st = uint32((st & (0xFFFFFFFF ^ (_BUSY | _LAST))) | _RECHECK)
             st = uint32(st ^ _FREE)
             w = int32(START)
-            continue
-        if st & _FREE and st & _RECHECK:
-            # About to take a free page: the room index once more first.
-            st = uint32(st ^ (_FREE | _RECHECK))  # both set here
-            w = int32(START)
-            bits = uint32(0)
-            continue
-        low = uint32(bits & uint32(~bits + uint32(1)))
-        bits = uint32(bits ^ low)
-        p = uint32((w << L.WORD_SHIFT) + cuda.ffs(low) - 1)
-        if bits == 0:
-            w = int32(w + 1)
+            if held == 0:
+                continue
+            # Back from the recheck: the free page read before it first. A
+            # page read after it could be a second page for the class: a
+            # leader that took the first between the two looks marked it in
+            # the room index before it left the free-page index.
+            p = uint32(held - uint32(1))
+            held = uint32(0)
+            # The free pass then goes on above p (kept until then), not
+            # from its start: p may stay in the free-page index (a slab
+            # with room, for its taker to take out), and meeting it again
+            # would hold it again.
+            w = int32(p >> L.WORD_SHIFT)
+            st = uint32(st | _FLOOR)
+        else:
+            low = uint32(bits & uint32(~bits + uint32(1)))
+            p = uint32((w << L.WORD_SHIFT) + cuda.ffs(low) - 1)
+            if st & _FREE and st & _RECHECK:
+                # About to take free page p: the room index once more
+                # first, then p (held, not read again).
+                held = uint32(p + uint32(1))
+                st = uint32(st ^ (_FREE | _RECHECK))  # both set here
+                w = int32(START)
+                bits = uint32(0)
+                continue
+            bits = uint32(bits ^ low)
+            if bits == 0:
+                w = int32(w + 1)
         if p < n:
             g = _reserve(meta, npages, int64(p), c, want, prof)
             seen = uint32(seen + 1)
@@ -538,9 +572,31 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             elif g == TRANSIT:
                 pass  # room in transit: no race lost, the mark stays
             elif st & _FREE:
-                _repair(meta, npages, int64(p))  # a stale entry
+                if not _has_room(meta, p):  # a slab with room: its taker clears it
+                    _repair(meta, npages, int64(p))  # a stale entry
             else:
                 _room_drop(meta, npages, c, int64(p))  # a stale mark
+            if st & _FREE:  # the next free page after a look again, too
+                st = uint32(st | _RECHECK)
+
+
+@cuda.jit(device=True)
+def _has_room(meta, p):
+    """Return True if page ``p`` looks like a slab with room (a relaxed load: a guess).
+
+    Who calls: :func:`_search`, on a free-page candidate that could not
+    serve (NO): such a page stays in the free-page index, unrepaired. Its
+    taker may not have marked it in its class's room index yet, and takes
+    it out of the free-page index itself after marking it; a repair before
+    that mark would hide the slab from a search of its class that reads the
+    free-page index after the repair and the room index before the mark
+    (docs/correctness.md, "Where two takers meet"). One load.
+    """
+    s = _load(meta, _at(L.state_word(p)))
+    t = uint32(_lo32(s) & L.TAG_MASK)
+    if t == L.TAG_FREE or t > uint32(L.NCLASSES):
+        return False
+    return uint32(_lo32(s >> L.N_SHIFT) & L.LIVE_MASK) < _blocks(meta, uint32(t - uint32(1)))
 
 
 @cuda.jit(device=True)

@@ -10,16 +10,17 @@ imports below only make the source readable and checkable.
 :data:`VARIANTS` maps a short name to ``(device function name, broken copy)``.
 """
 
-from numba import cuda, int64
+from numba import cuda, int32, int64, uint32
 
 from .. import layout as L
 from ..device import api, warp
-from ..device._meta import _pages_changed, _pcount, _pshift
-from ..device.index import _index_set
-from ..device.pages import _alloc_pages, _free_pages
+from ..device._meta import _opaque, _pages_changed, _pcount, _pshift
+from ..device.index import _index_find, _index_set
+from ..device.pages import _alloc_pages, _free_pages, _repair
 from ..device.porting import _copy
-from ..device.slab import (_bitmap_word, _blocks, _find, _release_slots, _seek, _settle,
-                           _took_page)
+from ..device.slab import (_BUSY, _FREE, _HINT_SHIFT, _LAST, _RECHECK, BUSY, DONE, START,
+                           TRANSIT, _bitmap_word, _blocks, _find, _release_slots, _reserve,
+                           _room_drop, _seek, _settle, _took_page)
 
 
 def take_bits_check_then_clear(meta, widx, pick):
@@ -235,6 +236,82 @@ def move_free_first(ctx, o, n, keep):
     return new
 
 
+def search_reads_free_again(meta, npages, c, want, prof, hint_idx, tried, busy):
+    """``_search`` as it was before 2026-11-28: after its recheck of the room
+    index it reads the free-page index again and takes the page it finds there.
+
+    Two lone leaders of one class: the later one rechecks the room index
+    before the earlier one marks its new slab there, then reads the
+    free-page index after that slab's page left it, and takes the other
+    page: two slabs for one class, and on a heap with no page to spare
+    another class's alloc returns NULL.
+    """
+    n = uint32(npages)
+    # One word of flags and the passes left (registers): _FREE set while on
+    # the free-page index (else the room index), _RECHECK while the room
+    # index is to be read once more, _BUSY when a race was lost this pass.
+    st = uint32(_RECHECK | (_BUSY if busy else 0) | (hint_idx << _HINT_SHIFT))
+    w = int32(START)  # the index word to look at next
+    bits = uint32(0)  # candidates left in the word before it
+    seen = uint32(1) if tried else uint32(0)  # pages tried (profiled heaps only)
+    while True:
+        # Hidden each time: what derives from npages is not hoisted out of
+        # the loop and kept live across it (registers).
+        npages = _opaque(npages)
+        if bits == 0 and w != DONE:
+            ps = _pshift(meta)
+            base = L.free_tree(npages, ps) if st & _FREE else L.room_tree(npages, c, ps)
+            v, x = _index_find(meta, base, npages, w, True)
+            w = int32(v) if v >= 0 else int32(DONE)
+            bits = uint32(x)
+        if bits == 0:  # this index has no more candidates
+            if st & _FREE:  # the free pages end
+                if st & _BUSY:  # a race lost: the pass again
+                    st = uint32((st & (0xFFFFFFFF ^ _BUSY)) | _RECHECK)
+                else:
+                    # None: the room index a last time. A slab another
+                    # leader took for the class after our last look there is
+                    # marked before its page left the free-page index.
+                    st = uint32(st | _LAST)
+            elif st & _LAST:  # the last look at the room index ends
+                if not st & _BUSY:  # no race lost: every candidate was NO
+                    _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
+                    _pcount(prof, L.P_FAILED_FULL, int64(want))  # the lanes left NULL
+                    return 0
+                st = uint32((st & (0xFFFFFFFF ^ (_BUSY | _LAST))) | _RECHECK)
+            st = uint32(st ^ _FREE)
+            w = int32(START)
+            continue
+        if st & _FREE and st & _RECHECK:
+            # About to take a free page: the room index once more first.
+            st = uint32(st ^ (_FREE | _RECHECK))  # both set here
+            w = int32(START)
+            bits = uint32(0)  # BUG: the free page is read again after the recheck
+            continue
+        low = uint32(bits & uint32(~bits + uint32(1)))
+        bits = uint32(bits ^ low)
+        p = uint32((w << L.WORD_SHIFT) + cuda.ffs(low) - 1)
+        if bits == 0:
+            w = int32(w + 1)
+        if p < n:
+            g = _reserve(meta, npages, int64(p), c, want, prof)
+            seen = uint32(seen + 1)
+            if g > TRANSIT:
+                # Hint: racy, harmless (any value is range-checked).
+                cuda.atomic.exch(meta, _at(st >> _HINT_SHIFT), int64(p) + 1)
+                _pcount(prof, L.P_HINT_MOVES, 1)
+                _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
+                return g
+            if g == BUSY:
+                st = uint32(st | _BUSY)
+            elif g == TRANSIT:
+                pass  # room in transit: no race lost, the mark stays
+            elif st & _FREE:
+                _repair(meta, npages, int64(p))  # a stale entry
+            else:
+                _room_drop(meta, npages, c, int64(p))  # a stale mark
+
+
 #: name -> (device function replaced, broken copy)
 VARIANTS = {
     "take_check_then_clear": ("_take_bits", take_bits_check_then_clear),
@@ -247,4 +324,5 @@ VARIANTS = {
     "claim_plain_update": ("_claim_fast", claim_plain_update),
     "move_free_first": ("_move", move_free_first),
     "find_settle_gives_up": ("_find", find_settle_gives_up),
+    "search_reads_free_again": ("_search", search_reads_free_again),
 }
