@@ -14,7 +14,7 @@ from numba import cuda, int32, int64, uint32
 
 from .. import layout as L
 from ..device import api, warp
-from ..device._meta import _opaque, _pages_changed, _pcount, _pshift
+from ..device._meta import _at, _opaque, _pages_changed, _pcount, _pshift
 from ..device.index import _index_find, _index_set
 from ..device.pages import _alloc_pages, _free_pages, _repair
 from ..device.porting import _copy
