@@ -37,7 +37,9 @@ SECONDS = {
     # the explorer (tests/test_explorer.py): whole explorations
     "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[free_vs_alloc_long]": 70,
     "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[group_retire]": 60,
-    "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[class_change_long]": 52,
+    # 174,501 executions since a search looks at the room index before each
+    # free page it tries (76,732 before): 544 s beside other work, 2026-11-28.
+    "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[class_change_long]": 300,
     "tests/test_explorer.py::test_group_bugs_need_group_scenarios[alloc_small_overserve]": 46,
     "tests/test_explorer.py::test_group_bugs_need_group_scenarios[free_small_leader_bit_only]": 40,
     "tests/test_explorer.py::test_exhaustive_exploration_finds_no_violation[reuse_race]": 38,
