@@ -259,22 +259,29 @@ def line_info():
 
 def sass_with_lines(kernel, sig, cc=(9, 0)):
     """Return the ``nvdisasm -gi`` text of ``kernel`` compiled with line info."""
-    return _disassembled(kernel, sig, cc, "-gi")[1][0]
+    return assembled_with_lines(kernel, sig, cc, "-gi")[1][0]
 
 
-def _disassembled(kernel, sig, cc, *options):
-    # (PTX, [nvdisasm text with each of the line options]) of kernel
-    # compiled once with line info: "-gi" source lines, "-gp" PTX lines.
+def assembled_with_lines(kernel, sig, cc, *options):
+    """Return ``(PTX, [nvdisasm text per option], ptxas -v report)`` of ``kernel``.
+
+    Compiled once with line info (devalloc's device functions too:
+    :func:`line_info`), assembled with ``ptxas -v -lineinfo``, then
+    disassembled once per nvdisasm option (one argument each, e.g. ``"-gi"``,
+    ``"-gp"``, ``"--life-range-mode=count"``).
+    """
     with line_info():
         ptx, _ = aot.compile_ptx(kernel, sig, cc=cc, lineinfo=True)
     arch = f"sm_{cc[0]}{cc[1]}"
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "k.ptx", Path(tmp) / "k.cubin"
         src.write_text(ptx)
-        subprocess.run([aot.tool_path("ptxas"), f"-arch={arch}", "-lineinfo", str(src),
-                        "-o", str(out)], check=True, capture_output=True)
+        info = subprocess.run([aot.tool_path("ptxas"), "-v", f"-arch={arch}", "-lineinfo",
+                               str(src), "-o", str(out)], check=True, capture_output=True,
+                              text=True).stderr
         return ptx, [subprocess.run([aot.tool_path("nvdisasm"), "-c", o, str(out)], check=True,
-                                    capture_output=True, text=True).stdout for o in options]
+                                    capture_output=True, text=True).stdout
+                     for o in options], info
 
 
 _LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+(\d+)"
@@ -323,7 +330,7 @@ def load(kernel, sig, cc=(9, 0), frames="auto"):
     """
     if frames not in ("auto", "sass", "ptx"):
         raise ValueError(f"frames={frames!r}: 'auto', 'sass' or 'ptx'")
-    ptx, (by_source, by_ptx) = _disassembled(kernel, sig, cc, "-gi", "-gp")
+    ptx, (by_source, by_ptx), _ = assembled_with_lines(kernel, sig, cc, "-gi", "-gp")
     insns, labels = parse(by_source)
     if frames == "sass" or (frames == "auto"
                             and not any(i.op.startswith("CALL") for i in insns)):

@@ -8,7 +8,10 @@ with the difference to the empty kernel; then the SASS instructions
 executed on the common paths on sm_90 (:mod:`devalloc.tools.paths`; JSON key
 ``"paths"``); with ``--code-size``, the cost of each extra call site of
 ``alloc``, ``free``, ``view``, ``bump`` and ``scoped`` (:mod:`devalloc.tools.codesize`;
-JSON key ``"code_size"``). With ``--outline`` (or ``--outline on``) all of
+JSON key ``"code_size"``); with ``--live-registers OP:SITES`` (repeatable, e.g.
+``alloc:4``), where the registers of that code-size kernel go: live
+registers per source function (:mod:`devalloc.tools.liveregs`; JSON key
+``"live_registers"``, keyed ``"OP:SITES"``). With ``--outline`` (or ``--outline on``) all of
 it is compiled for heaps made with ``outline=True`` (one out-of-line copy of
 each body per kernel, :mod:`devalloc.device.outline`), with ``--outline off``
 for ``outline=False`` (inline at every site), with ``--outline auto`` for
@@ -191,6 +194,17 @@ def missing():
     return None
 
 
+def _op_sites(text):
+    # argparse type of --live-registers: "OP:SITES", a codesize kernel.
+    from .codesize import KERNELS
+
+    op, _, k = text.partition(":")
+    if op not in KERNELS or not k.isdigit() or int(k) not in KERNELS[op]:
+        kinds = ", ".join(f"{o}:{n}" for o in KERNELS for n in KERNELS[o])
+        raise argparse.ArgumentTypeError(f"{text!r} is not a code-size kernel; one of {kinds}")
+    return op, int(k)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m devalloc.probes", description=__doc__.split("\n")[0],
                                 epilog=f"Needs the test extra ({EXTRA}); exit status "
@@ -201,6 +215,10 @@ def main(argv=None):
     p.add_argument("--code-size", action="store_true",
                    help="also measure the cost per extra call site (devalloc.tools.codesize, the "
                         "first --cc)")
+    p.add_argument("--live-registers", action="append", default=[], metavar="OP:SITES",
+                   type=_op_sites,
+                   help="also report where the registers of a code-size kernel go, e.g. alloc:4 "
+                        "(devalloc.tools.liveregs, sm_90; repeatable)")
     p.add_argument("--no-paths", action="store_true",
                    help="skip the walked path lengths (devalloc.tools.paths, sm_90)")
     p.add_argument("--outline", nargs="?", const="on", choices=sorted(OUTLINE_FLAG),
@@ -228,6 +246,11 @@ def main(argv=None):
         from . import codesize
 
         result["code_size"] = codesize.measure(ccs[0], outline=outline)
+    if a.live_registers:
+        from . import liveregs
+
+        result["live_registers"] = {f"{op}:{k}": liveregs.measure(op, k, outline=outline)
+                                    for op, k in a.live_registers}
     if a.json:
         json.dump(result, sys.stdout)
         print()
@@ -253,6 +276,12 @@ def main(argv=None):
                               f"{r['numba_seconds'] + r['ptxas_seconds']:.2f}s"
                               for k, r in e["sites"].items())
             print(f"{op:>8}  +{e['per_extra_site']:5} per extra site  {sites}")
+    for key, r in result.get("live_registers", {}).items():
+        print(f"\n{key} (sm_90, line info): {r['registers']} registers, span {r['span']}, "
+              f"at most {r['peak_live']} live; peak in "
+              f"{' < '.join(r['peak'][:4])}")
+        for f, n in r["by_function"].items():
+            print(f"{n:>8}  {f}")
     return 0
 
 
