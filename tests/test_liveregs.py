@@ -54,7 +54,10 @@ def test_span_is_the_highest_general_register_plus_one():
     # R20 is the highest; RZ and uniform registers (UR4) do not count.
     assert liveregs.span(COUNTS) == 21
     assert liveregs.span("        /*0000*/  ULDC UR4, c[0x0][0x0] ;\n") == 0
-    assert liveregs.span("        /*0000*/  MOV R3, RZ ;  // R9 in a comment counts too\n") == 10
+    # Only operands count: not a comment, a call's target or a label.
+    assert liveregs.span("        /*0000*/  MOV R3, RZ ;  // R9 in a comment\n"
+                         "        /*0010*/  CALL.REL.NOINC `($_Z1fR77_) ;\n"
+                         "$_Z1fR66_:\n") == 4
 
 
 def test_attribute_keeps_each_functions_most_and_the_first_peak(tmp_path):

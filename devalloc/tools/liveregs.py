@@ -48,9 +48,15 @@ def live_counts(text):
             for m in map(_COUNT.match, text.splitlines()) if m}
 
 
+#: An instruction's operands: after its address, up to ``;``, without a
+#: branch or call target (a function's mangled name may hold ``R<digits>``).
+_OPERANDS = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+([^;`]*)")
+
+
 def span(sass):
     """Return the highest general register index used in ``sass`` + 1 (0 if none)."""
-    return max((int(r) + 1 for r in _GPR.findall(sass)), default=0)
+    return max((int(r) + 1 for m in map(_OPERANDS.match, sass.splitlines()) if m
+                for r in _GPR.findall(m.group(1))), default=0)
 
 
 def attribute(insns, counts):
