@@ -93,10 +93,12 @@ def test_outline_is_the_function_itself_on_the_simulator():
 #: bump itself is the out-of-line body (its claim inline there): bump
 #: 46/56/52, 40 per site; since a search tries the free page it read before
 #: its last look at the room index (docs/correctness.md, "Where two takers
-#: meet"): alloc 38/42/47, view 40/47/47, 96 and 125 per site.
+#: meet"): alloc 38/42/47, view 40/47/47, 96 and 125 per site; since
+#: _room_drop compares 32-bit tags (docs/outline.md, "As a probe"): alloc
+#: 37/42/46, view 40/46/46.
 #: Pinned: the issue's site limits (400 for alloc and what builds on it,
 #: 150 for free), registers as measured + 2, and one alloc site in the
-#: allocation unit of the issue's limit (38: unit 40, as 36's; the raw
+#: allocation unit of the issue's limit (37: unit 40, as 36's; the raw
 #: limit is met by the default build, which inlines one site: 32). Its
 #: limit for four (44) does not hold: the values a kernel keeps live across
 #: a call add to the out-of-line body's (docs/outline.md).
@@ -110,7 +112,7 @@ OUTLINED_REGISTERS = {"alloc": 50, "free": 34, "view": 50, "bump": 58, "scoped":
 #: space at run time (QSPC and a shared-memory CAS loop beside the global
 #: atomic).
 OUTLINED_ONE_SITE = {"alloc": 3480, "free": 728}
-OUTLINED_ONE_SITE_REGISTERS = 38
+OUTLINED_ONE_SITE_REGISTERS = 37
 
 
 @pytest.mark.slow
@@ -146,9 +148,10 @@ INLINE_SITE = {"alloc": 3650, "free": 800, "bump": 1910}
 #: Inline, alloc's registers for 1 / 4 sites: issue 28's limits (36 and 44)
 #: were met at 34 / 44; since a search tries the free page it read before
 #: its last look at the room index, 32 / 46 (the same allocation units, 40
-#: and 48: _check_register_units; the default build, which calls one copy
-#: from four sites, takes 47).
-INLINE_REGISTERS = {"1": 36, "4": 46}
+#: and 48: _check_register_units); since _room_drop compares 32-bit tags,
+#: 32 / 44 again: the issue's limits (the default build, which calls one
+#: copy from four sites, takes 46).
+INLINE_REGISTERS = {"1": 36, "4": 44}
 
 
 @pytest.mark.slow
@@ -165,8 +168,9 @@ def test_an_extra_inline_call_site_costs_no_more_than_measured():
             assert r["spill_bytes"] == 0, (op, k, r)
             assert r["stack_bytes"] == 0 and r["calls"] == 0, (op, k, r)
     for k, limit in INLINE_REGISTERS.items():
-        # Measured 32 and 46 (34 and 45 before the index's 32-bit masks, 34
-        # and 44 after them, until the free page read before the last look).
+        # Measured 32 and 44 (34 and 45 before the index's 32-bit masks, 34
+        # and 44 after them, 32 and 46 from the free page read before the
+        # last look until _room_drop's 32-bit tags).
         assert got["alloc"]["sites"][k]["registers"] <= limit, got["alloc"]
     _check_register_units(got["alloc"])
 
@@ -225,10 +229,11 @@ def test_auto_inlines_one_site_and_calls_one_copy_for_several():
     # (outline_choice.SAVING); its per-site cost is measured from 1 to 4.
     assert auto["free"]["sites"]["2"]["calls"] == 0, auto["free"]
     assert auto["alloc"]["sites"]["1"]["registers"] <= ISSUE_REGISTERS["1"], auto["alloc"]
-    # Four sites: 47 registers (the out-of-line build's; 48 until the free
-    # page read before the last look; the issue's 44 is not met):
-    # docs/outline.md, "Why four sites out of line stay at 48".
-    assert auto["alloc"]["sites"]["4"]["registers"] <= 48, auto["alloc"]
+    # Four sites: 46 registers (the out-of-line build's; 48 until the free
+    # page read before the last look, 47 until _room_drop's 32-bit tags; the
+    # issue's 44 is not met): docs/outline.md, "Why four sites out of line
+    # stay at 48".
+    assert auto["alloc"]["sites"]["4"]["registers"] <= 46, auto["alloc"]
 
 CAPPED = """
 import json, sys
@@ -254,9 +259,9 @@ def test_four_outlined_alloc_sites_fit_the_limit_when_the_kernel_asks():
 def _check_register_units(alloc):
     # The limits as an SM allocates registers (8 per thread: tools/occupancy.py):
     # the alloc kernels fall in the limits' units (40 and 48), so they keep as
-    # many warps resident as the limits would. Measured 32/46 inline, 38/47 out
-    # of line; the raw counts 46 and 47 (four sites) and 38 (one out of line)
-    # miss their limits (docs/outline.md).
+    # many warps resident as the limits would. Measured 32/44 inline, 37/46 out
+    # of line; the raw counts 46 (four sites out of line) and 37 (one out of
+    # line) miss their limits (docs/outline.md).
     for k, limit in ISSUE_REGISTERS.items():
         r = alloc["sites"][k]
         assert r["allocated_registers"] <= occupancy.allocated(limit), (k, r)

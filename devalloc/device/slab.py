@@ -330,7 +330,9 @@ def _room_drop(meta, npages, c, p):
     if _index_clear(meta, L.room_tree(npages, c, _pshift(meta)), npages, p >> L.WORD_SHIFT,
                     int64(1) << (p & (L.BITS_PER_WORD - 1))):
         s = _load(meta, _at(L.state_word(p)))  # look again (a guess: at worst a stale mark)
-        if L.state_tag(s) == L.slab_tag(c) and L.slab_live(s) < _blocks(meta, c):
+        # 32-bit tags: a 64-bit ``1 + c`` was hoisted out of the search's
+        # loop and kept as a register pair beside the 32-bit one (registers).
+        if uint32(_lo32(s) & L.TAG_MASK) == uint32(c + 1) and L.slab_live(s) < _blocks(meta, c):
             # The index and bit computed again, not kept live across the
             # clear (registers): _opaque keeps NVVM from reusing them.
             q = _opaque(p)
