@@ -121,7 +121,8 @@ def _repair(meta, npages, q):
 def _untail(meta, lo, hi):
     # Tail pages lo..hi-1 back to free, count kept. Tails belong to the one
     # thread that holds them, so a plain and (never fails) suffices.
-    for q in range(lo, hi):
+    # 32-bit page numbers (a 64-bit loop counter was live: registers).
+    for q in range(int32(lo), int32(hi)):
         cuda.atomic.and_(meta, _at(L.state_word(q)), L.COUNT_MASK)
 
 
@@ -178,12 +179,13 @@ def _alloc_pages(meta, npages, k, tag, prof):
                 break
             seen = _ptally(prof, seen)
             q = p
-            while q < p + k and _take_page(meta, q, k if k == 1 else 0, tag, prof):
+            end = int32(p + k)  # 32-bit: a 64-bit sum was kept live (registers)
+            while q < end and _take_page(meta, q, k if k == 1 else 0, tag, prof):
                 q = int32(q + 1)
-            if q == p + k:
+            if q == end:
                 if k > 1:
                     _crown(meta, p, k, tag)
-                _index_pages(meta, npages, p, p + k, False)
+                _index_pages(meta, npages, p, end, False)
                 _pages_changed(meta, k)
                 _profile_scan(prof, scans, seen)
                 return int64(p)
@@ -305,6 +307,6 @@ def _free_pages(meta, npages, p, tag, prof):
         _pages_changed(meta, k)
         _pcount(prof, L.P_CAS_RETRIES, 1)
         return 0
-    _untail(meta, p + 1, p + k)
+    _untail(meta, int32(p + 1), int32(p + k))
     _index_pages(meta, npages, p, p + k, True)
     return 1
