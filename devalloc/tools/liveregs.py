@@ -4,8 +4,9 @@ ptxas reports one number per kernel (``Used N registers``); the issue of
 per-site cost (docs/outline.md) asks which code holds them. This module
 compiles one of :mod:`devalloc.tools.codesize`'s kernels with line info,
 reads which general registers are live at each SASS instruction
-(``nvdisasm --print-life-ranges``, the kernel and the functions it calls) and which source lines each instruction comes from (``nvdisasm -gp``
-and the PTX's ``.loc`` chains, :func:`devalloc.tools.paths.load`), and
+(``nvdisasm --print-life-ranges``, the kernel and the functions it calls)
+and which source lines each instruction comes from (``nvdisasm -gp`` and
+the PTX's ``.loc`` chains, :func:`devalloc.tools.paths.load`), and
 returns:
 
 * ``registers``: ptxas's count for this build, ``span``: the highest
@@ -105,6 +106,7 @@ def written_at(insns, ranges, k, start=0):
 
 
 def _where(ins, depth=2):
+    # "module.function:line < ..." of an instruction's innermost frames.
     return " < ".join(f"{paths.function_of(f)}:{f[1]}" for f in ins.frames[:depth]) or "(no line)"
 
 
