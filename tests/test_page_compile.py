@@ -55,8 +55,11 @@ def _check(by, kernel, pages, budget):
         # into two branches, e.g. 27 and 28 SASS atomics for free).
         assert r["ptx_atomics"] == base["ptx_atomics"], (r, base)
         # The page is a constant: the code is the default page's, but for
-        # the constants (measured sm_90: +0 to +8 SASS instructions).
-        assert r["sass"] <= base["sass"] * 1.01, (r, base)
+        # the constants (measured sm_90: +0 to +8 SASS instructions). A
+        # kernel's SASS comes in steps of 8 instructions (its padding), so
+        # one step is allowed where 1 % is less (free: 696 and 704 since the
+        # page claim's 32-bit run end).
+        assert r["sass"] <= max(base["sass"] * 1.01, base["sass"] + 8), (r, base)
 
 
 #: The 16 KiB page's figures of the probe kernels (sm_90, numba-cuda 0.30.4,
