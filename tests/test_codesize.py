@@ -95,13 +95,15 @@ def test_outline_is_the_function_itself_on_the_simulator():
 #: its last look at the room index (docs/correctness.md, "Where two takers
 #: meet"): alloc 38/42/47, view 40/47/47, 96 and 125 per site; since
 #: _room_drop compares 32-bit tags (docs/outline.md, "As a probe"): alloc
-#: 37/42/46, view 40/46/46.
+#: 37/42/46, view 40/46/46; since the arena crosses the call as its page
+#: count and _pick's mask of the last bitmap word moved to _settle
+#: (docs/outline.md, "The arena as its page count"): alloc 39/43/44, free
+#: 30/32/32, view 40/43/43, bump 48/51/48, scoped 54/68/76.
 #: Pinned: the issue's site limits (400 for alloc and what builds on it,
-#: 150 for free), registers as measured + 2, and one alloc site in the
-#: allocation unit of the issue's limit (37: unit 40, as 36's; the raw
-#: limit is met by the default build, which inlines one site: 32). Its
-#: limit for four (44) does not hold: the values a kernel keeps live across
-#: a call add to the out-of-line body's (docs/outline.md).
+#: 150 for free), registers as measured + 2, one alloc site in the
+#: allocation unit of the issue's limit (39: unit 40, as 36's; the raw
+#: limit is met by the default build, which inlines one site: 32), and four
+#: alloc sites within it (44).
 OUTLINED_SITE = {"alloc": 400, "free": 150, "view": 400, "bump": 400, "scoped": 400}
 OUTLINED_REGISTERS = {"alloc": 50, "free": 34, "view": 50, "bump": 58, "scoped": 81}
 #: One site out of line is no bigger than inline (3,480 and 728 SASS): 3,304
@@ -112,7 +114,7 @@ OUTLINED_REGISTERS = {"alloc": 50, "free": 34, "view": 50, "bump": 58, "scoped":
 #: space at run time (QSPC and a shared-memory CAS loop beside the global
 #: atomic).
 OUTLINED_ONE_SITE = {"alloc": 3480, "free": 728}
-OUTLINED_ONE_SITE_REGISTERS = 37
+OUTLINED_ONE_SITE_REGISTERS = 39
 
 
 @pytest.mark.slow
@@ -128,6 +130,7 @@ def test_an_extra_call_site_is_a_call_when_outlined():
     for op, inline in OUTLINED_ONE_SITE.items():
         assert got[op]["sites"]["1"]["sass_instructions"] <= inline, (op, got[op])
     assert got["alloc"]["sites"]["1"]["registers"] <= OUTLINED_ONE_SITE_REGISTERS, got["alloc"]
+    assert got["alloc"]["sites"]["4"]["registers"] <= ISSUE_REGISTERS["4"], got["alloc"]
     _check_register_units(got["alloc"])
     for op in ("alloc", "free", "view"):
         # Registers grow with the sites only by what the kernel keeps live
@@ -186,8 +189,11 @@ ISSUE_REGISTERS = {"1": 36, "4": 44}
 #: chain frees stayed inline); registers 1/2/4 sites alloc 34/44/48, free
 #: 32/34/32, view 33/46/48, bump 40/56/52, scoped 45/64/72; since a search
 #: tries the free page it read before its last look at the room index:
-#: alloc 32/42/47 (29 per site), view 32/43/47, scoped 45/65/72. Pinned: the
-#: issue's site limits, and one site as inline.
+#: alloc 32/42/47 (29 per site), view 32/43/47, scoped 45/65/72; since the
+#: arena crosses as its page count and _pick's mask moved to _settle: alloc
+#: 32/43/44 (26 per site), view 32/46/43, bump 40/51/48, scoped 44/65/72.
+#: Pinned: the issue's site limits, one site as inline, and the issue's
+#: register limits for alloc and alloc + view + free.
 AUTO_SITE = {"alloc": 400, "free": 150, "view": 400, "bump": 400, "scoped": 400}
 
 
@@ -229,11 +235,14 @@ def test_auto_inlines_one_site_and_calls_one_copy_for_several():
     # (outline_choice.SAVING); its per-site cost is measured from 1 to 4.
     assert auto["free"]["sites"]["2"]["calls"] == 0, auto["free"]
     assert auto["alloc"]["sites"]["1"]["registers"] <= ISSUE_REGISTERS["1"], auto["alloc"]
-    # Four sites: 46 registers (the out-of-line build's; 48 until the free
-    # page read before the last look, 47 until _room_drop's 32-bit tags; the
-    # issue's 44 is not met): docs/outline.md, "Why four sites out of line
-    # stay at 48".
-    assert auto["alloc"]["sites"]["4"]["registers"] <= 46, auto["alloc"]
+    # Four sites: 44 registers, the issue's limit, for alloc and for alloc +
+    # view + free (the out-of-line build's; 48 until the free page read
+    # before the last look, 47 until _room_drop's 32-bit tags, 46 until the
+    # arena crossed as its page count: docs/outline.md, "The arena as its
+    # page count").
+    for op in ("alloc", "view"):
+        assert auto[op]["sites"]["4"]["registers"] <= ISSUE_REGISTERS["4"], auto[op]
+        assert auto[op]["sites"]["1"]["registers"] <= ISSUE_REGISTERS["1"], auto[op]
 
 CAPPED = """
 import json, sys
@@ -259,9 +268,9 @@ def test_four_outlined_alloc_sites_fit_the_limit_when_the_kernel_asks():
 def _check_register_units(alloc):
     # The limits as an SM allocates registers (8 per thread: tools/occupancy.py):
     # the alloc kernels fall in the limits' units (40 and 48), so they keep as
-    # many warps resident as the limits would. Measured 32/44 inline, 37/46 out
-    # of line; the raw counts 46 (four sites out of line) and 37 (one out of
-    # line) miss their limits (docs/outline.md).
+    # many warps resident as the limits would. Measured 32/44 inline, 39/44 out
+    # of line; the raw count 39 (one site out of line) misses its limit
+    # (docs/outline.md).
     for k, limit in ISSUE_REGISTERS.items():
         r = alloc["sites"][k]
         assert r["allocated_registers"] <= occupancy.allocated(limit), (k, r)

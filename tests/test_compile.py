@@ -179,8 +179,11 @@ def test_registers_for_every_way_of_passing_a_size_sm90(probe_result):
 #: 132; one chunk alloc call in scoped's new chunk (not on the walked path)
 #: moved scoped to 136 (register assignment); _room_drop's 32-bit tags
 #: and the page claim's 32-bit run end (neither on these paths) moved
-#: alloc's to 147 and 237, then back to 148 and 238, and bump to 131.
-PATHS = {"alloc_fresh_slab": 148, "alloc_reuse": 238, "free_lone": 120,
+#: alloc's to 147 and 237, then back to 148 and 238, and bump to 131. The
+#: mask of a slab's last bitmap word, moved from the search to _settle (on
+#: the reuse path: docs/outline.md, "The arena as its page count"), took
+#: alloc_reuse to 241.
+PATHS = {"alloc_fresh_slab": 148, "alloc_reuse": 241, "free_lone": 120,
          "free_warp32": 141, "bump": 131, "scoped": 136}
 
 

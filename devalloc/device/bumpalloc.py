@@ -162,4 +162,4 @@ def bump(ctx, nbytes):
 #: itself, or, with outlining on, one out-of-line copy per kernel that every
 #: site calls (its claim and page search inline in that copy: a call inside
 #: the call cost registers, docs/outline.md).
-bump_site = outline(bump)
+bump_site = outline(bump, pages=True)

@@ -105,7 +105,7 @@ def _free_live(ctx, o):
 #: The body of ``free`` past its NULL test: ``_free_live`` itself, or, with
 #: :mod:`devalloc.device.outline` enabled, one out-of-line copy per kernel
 #: (the NULL test stays inline at each site: a free of NULL calls nothing).
-_free_live_site = outline(_free_live)
+_free_live_site = outline(_free_live, pages=True)
 
 
 @cuda.jit(device=True)
@@ -139,5 +139,5 @@ def free(ctx, off):
 #: :mod:`devalloc.device.outline` enabled, one out-of-line copy per kernel
 #: that every call site calls; ``free`` (whose body past the NULL test is
 #: outlined in that mode).
-alloc_site = outline(alloc)
+alloc_site = outline(alloc, pages=True)
 free_site = free

@@ -71,7 +71,7 @@ ENABLED = OUTLINE_DEFAULT
 
 if config.ENABLE_CUDASIM:
 
-    def outline(f, auto=True):
+    def outline(f, auto=True, pages=False):
         """``f`` itself: on the simulator there is no code size to save."""
         return f
 
@@ -102,10 +102,33 @@ else:
         # The global-space (addrspace 1) pointer type to what ptrty points to.
         return ir.PointerType(ptrty.pointee, 1)
 
-    def _flatten(context, builder, ty, val):
+    def _arena_shift(ty):
+        # A heap's ctx (a named tuple whose arena, 1-D uint8, comes first and
+        # whose metadata is a PagedMeta): its page shift. Else None.
+        fields = getattr(ty, "fields", ())
+        if not isinstance(ty, types.BaseTuple) or tuple(fields[:2]) != ("arena", "meta"):
+            return None
+        arena, meta = ty.types[0], ty.types[1]
+        if (isinstance(meta, PagedMeta) and isinstance(arena, types.Array)
+                and arena.ndim == 1 and arena.dtype == types.uint8):
+            return meta.page_shift
+        return None
+
+    def _flatten(context, builder, ty, val, pages=False):
         # The scalars that carry value val of type ty across the call: an
         # array's data pointer, shape and strides (not its meminfo and
         # parent, unused on a device); a tuple's members'; nothing for None.
+        # pages: a heap ctx's arena is its data pointer and its page count
+        # (32 bits: the length >> page shift; the heap's arena is whole
+        # pages), not its 64-bit length and stride (see outline()).
+        if pages and _arena_shift(ty) is not None:
+            arena = context.make_array(ty.types[0])(context, builder, builder.extract_value(val, 0))
+            length = cgutils.unpack_tuple(builder, arena.shape, 1)[0]
+            npages = builder.lshr(length, length.type(_arena_shift(ty)))
+            return ([builder.addrspacecast(arena.data, _global(arena.data.type)),
+                     builder.trunc(npages, ir.IntType(32))]
+                    + [v for i, t in enumerate(ty) if i > 0
+                       for v in _flatten(context, builder, t, builder.extract_value(val, i))])
         if isinstance(ty, types.Array):
             a = context.make_array(ty)(context, builder, val)
             # Its data pointer crosses as a global-space pointer: every
@@ -124,8 +147,20 @@ else:
             return []
         return [val]
 
-    def _rebuild(context, builder, ty, vals):
+    def _rebuild(context, builder, ty, vals, pages=False):
         # The inverse of _flatten, taking from the iterator vals.
+        if pages and _arena_shift(ty) is not None:
+            arena = context.make_array(ty.types[0])(context, builder)
+            g = next(vals)
+            npages = builder.zext(next(vals), ir.IntType(64))
+            length = builder.shl(npages, npages.type(_arena_shift(ty)))
+            one = context.get_constant(types.intp, 1)  # uint8: item size and stride
+            context.populate_array(
+                arena, data=builder.addrspacecast(g, ir.PointerType(g.type.pointee)),
+                shape=cgutils.pack_array(builder, [length]),
+                strides=cgutils.pack_array(builder, [one]), itemsize=one, meminfo=None)
+            return context.make_tuple(builder, ty, [arena._getvalue()]
+                                      + [_rebuild(context, builder, t, vals) for t in ty.types[1:]])
         if isinstance(ty, types.Array):
             a = context.make_array(ty)(context, builder)
             g = next(vals)  # global space (_flatten): generic, as Numba's arrays hold
@@ -195,18 +230,20 @@ else:
         return mod.add_debug_info("DILocation", {"line": code.co_firstlineno, "column": 1,
                                                  "scope": subprogram})
 
-    def _out_of_line(f, mark=None):
+    def _out_of_line(f, mark=None, pages=False):
         """Return the code generation of a call to device function ``f`` out of line.
 
         ``mark``: the body is marked for the kernel's decision
         (:data:`~devalloc.device.outline_choice.AUTO_MARK` or ``SHARED_MARK``)
-        instead of ``noinline``.
+        instead of ``noinline``. ``pages``: a heap ctx's arena crosses as its
+        page count (:func:`outline`).
         """
         pyfunc = f.py_func
 
         def codegen(context, builder, sig, args):
             mod = builder.module
-            flat = [v for t, a in zip(sig.args, args) for v in _flatten(context, builder, t, a)]
+            flat = [v for t, a in zip(sig.args, args)
+                    for v in _flatten(context, builder, t, a, pages)]
             fnty = ir.FunctionType(context.get_value_type(sig.return_type),
                                    [v.type for v in flat])
             fn = cgutils.get_or_insert_function(
@@ -220,7 +257,7 @@ else:
                     fn.attributes.add("noinline")
                 body = ir.IRBuilder(fn.append_basic_block("entry"))
                 vals = iter(fn.args)
-                inner = [_rebuild(context, body, t, vals) for t in sig.args]
+                inner = [_rebuild(context, body, t, vals, pages) for t in sig.args]
                 # Numba's cache of subroutines does not key the flags: a
                 # compilation with line info (devalloc.tools.paths) is not cached.
                 flags = _flags(f)
@@ -292,7 +329,7 @@ else:
 
     _install()
 
-    def outline(f, auto=True):
+    def outline(f, auto=True, pages=False):
         """Return an intrinsic with ``f``'s parameters that calls ``f`` inline or out of line.
 
         Chosen when the kernel is typed, by :func:`outlined` of the first
@@ -304,13 +341,21 @@ else:
         under ``"auto"``, out of line only when a copy of it lies in a body
         that goes out of line and it has another (scoped's chain of frees:
         small, and its sites sit where a call costs registers; docs/outline.md).
+
+        ``pages=True``: out of line, a heap ctx's arena (its first argument)
+        crosses the call as its data pointer and its page count in 32 bits,
+        and the copy sees the length ``pages << page shift`` (a heap's arena
+        is whole pages): for a body that reads the length only as the page
+        count (``_meta._npages``), the caller computes it once and the copy
+        keeps one register for it, not the 64-bit length's high word beside
+        the count (docs/outline.md, "The arena as its page count").
         """
         if auto not in (True, "shared"):
             raise ValueError(f"outline({f!r}, auto={auto!r}): auto is True or 'shared'")
         pyfunc = f.py_func
         name = pyfunc.__name__
-        gens = {True: _out_of_line(f), False: _inline(f),
-                "auto": _out_of_line(f, SHARED_MARK if auto == "shared" else AUTO_MARK)}
+        gens = {True: _out_of_line(f, None, pages), False: _inline(f),
+                "auto": _out_of_line(f, SHARED_MARK if auto == "shared" else AUTO_MARK, pages)}
 
         def resolve(typingctx, args):
             away = outlined(args[0])

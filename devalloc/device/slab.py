@@ -120,10 +120,10 @@ def _pick(meta, npages, p, cap, want, anchor):
     w = _scatter(_warp_number(anchor), nw)
     p = _tie(p, anchor)
     for _ in range(int32(nw)):
+        # Bits at or past cap are not masked off here but in _settle, where
+        # fewer values are live (the mask's two temporaries were the peak of
+        # the out-of-line alloc: registers).
         free = _lo32(_load(meta, _at(_bitmap_word(meta, npages, p, w))))  # guess (32 bits used)
-        left = uint32(cap - (w << L.WORD_SHIFT))
-        if left < L.BITS_PER_WORD:
-            free = uint32(free & uint32((uint32(1) << left) - uint32(1)))
         if free != 0:
             return w, _lowest(free, want)
         w = uint32(w + uint32(1))
@@ -415,7 +415,14 @@ def _settle(meta, npages, c, g, prof):
     w = int64(hi & L.GRANT_WORD_MASK)
     pick = _lo32(g)
     mine = _lo32(_take_bits(meta, _bitmap_word(meta, npages, p, w), int64(pick)))
-    if mine != pick:  # some bits went to another reuser: their slots back
+    # A bit at or past the slab's last block is no block: none is set but by
+    # an invalid free racing with the page's reuse (docs/correctness.md,
+    # "Known limits"), or read stale from the page's earlier slab (_pick's
+    # guess). Taken off the word if set, never handed out; its slot back.
+    left = uint32(_blocks(meta, c) - uint32(w << L.WORD_SHIFT))
+    if left < L.BITS_PER_WORD:
+        mine = uint32(mine & uint32((uint32(1) << left) - uint32(1)))
+    if mine != pick:  # bits another reuser got (or past the last block): slots back
         _release_slots(meta, npages, p, int64(_popc32(pick ^ mine)), True, c, prof)
         if mine == 0:
             return int64(0)
