@@ -693,6 +693,50 @@ def test_free_null_is_a_noop():
     assert verify(heap, LIVE, offs) == []
 
 
+@cuda.jit
+def k_alloc_in_warp(ctx, n, warp, offs):
+    """Lane 0 of warp ``warp`` of the block allocates ``n`` bytes (the others nothing)."""
+    i = linear_id()
+    if i == warp * 32:
+        offs[0] = devalloc.alloc(ctx, n)
+
+
+def test_a_bit_past_the_last_block_is_taken_off_and_never_handed_out():
+    # A bit at or past a slab's last block names no block. None is set but
+    # by an invalid free racing with the page's reuse (docs/correctness.md,
+    # "Known limits"): set here by hand. The reuse search may pick it
+    # (slab._pick reads whole words); slab._settle takes it off the word
+    # and gives its slot back, and the search goes on to a real freed block.
+    c = 13  # 384-byte blocks: 42 per 16 KiB page, two bitmap words
+    size, cap = L.class_size(c), L.class_blocks(c)
+    nw = L.class_words(c)
+    assert cap % 32 != 0 and nw == 2
+    heap = devalloc.Heap(4 * L.PAGE)
+    sizes = np.full(cap, size, np.int64)
+    offs = np.zeros(cap, np.int64)
+    k_serial_alloc_write[1, 1](heap.ctx, sizes, np.arange(cap, dtype=np.int64), offs)
+    assert (offs != NULL).all()
+    page = int(offs.min()) >> L.PAGE_SHIFT
+    assert sorted(offs) == [(page << L.PAGE_SHIFT) + b * size for b in range(cap)]
+    first = int(offs.min())  # block 0, bit 0 of word 0
+    k_serial_free[1, 1](heap.ctx, np.array([first], np.int64))
+    meta = heap.ctx.meta.copy_to_host()
+    past = L.bitmap_word(heap.npages, page, nw - 1)
+    meta[past] |= 1 << (cap % 32)  # the first bit past block cap - 1
+    heap.ctx.meta.copy_to_device(meta)
+    # A warp whose search starts at the last word (slab._scatter of its
+    # number), where the only bit set is the one past the last block.
+    warp = next(j for j in range(64)
+                if (((j * 0x9E3779B1) & 0xFFFFFFFF) * nw) >> 32 == nw - 1)
+    got = np.zeros(1, np.int64)
+    k_alloc_in_warp[1, 32 * (warp + 1)](heap.ctx, size, warp, got)
+    assert int(got[0]) == first
+    assert heap.ctx.meta.copy_to_host()[past] == 0  # taken off the word
+    u = heap.usage()
+    assert u.live_blocks == cap and u.failed == 0 and u.invalid_frees == 0
+    assert u.classes[size].blocks_live == cap
+
+
 # ------------------------------------------------------- two heaps, views
 
 
