@@ -98,7 +98,8 @@ def test_outline_is_the_function_itself_on_the_simulator():
 #: 37/42/46, view 40/46/46; since the arena crosses the call as its page
 #: count and _pick's mask of the last bitmap word moved to _settle
 #: (docs/outline.md, "The arena as its page count"): alloc 39/43/44, free
-#: 30/32/32, view 40/43/43, bump 48/51/48, scoped 54/68/76.
+#: 30/32/32, view 40/43/43, bump 48/51/48, scoped 54/68/76; since a bump
+#: group's bytes cross the claim in 32 bits: bump 40/43/44.
 #: Pinned: the issue's site limits (400 for alloc and what builds on it,
 #: 150 for free), registers as measured + 2, one alloc site in the
 #: allocation unit of the issue's limit (39: unit 40, as 36's; the raw
@@ -130,7 +131,8 @@ def test_an_extra_call_site_is_a_call_when_outlined():
     for op, inline in OUTLINED_ONE_SITE.items():
         assert got[op]["sites"]["1"]["sass_instructions"] <= inline, (op, got[op])
     assert got["alloc"]["sites"]["1"]["registers"] <= OUTLINED_ONE_SITE_REGISTERS, got["alloc"]
-    assert got["alloc"]["sites"]["4"]["registers"] <= ISSUE_REGISTERS["4"], got["alloc"]
+    for op in ("alloc", "bump"):
+        assert got[op]["sites"]["4"]["registers"] <= ISSUE_REGISTERS["4"], got[op]
     _check_register_units(got["alloc"])
     for op in ("alloc", "free", "view"):
         # Registers grow with the sites only by what the kernel keeps live
@@ -191,7 +193,8 @@ ISSUE_REGISTERS = {"1": 36, "4": 44}
 #: tries the free page it read before its last look at the room index:
 #: alloc 32/42/47 (29 per site), view 32/43/47, scoped 45/65/72; since the
 #: arena crosses as its page count and _pick's mask moved to _settle: alloc
-#: 32/43/44 (26 per site), view 32/46/43, bump 40/51/48, scoped 44/65/72.
+#: 32/43/44 (26 per site), view 32/46/43, bump 40/51/48, scoped 44/65/72;
+#: since a bump group's bytes cross the claim in 32 bits, bump 40/43/44.
 #: Pinned: the issue's site limits, one site as inline, and the issue's
 #: register limits for alloc and alloc + view + free.
 AUTO_SITE = {"alloc": 400, "free": 150, "view": 400, "bump": 400, "scoped": 400}
@@ -243,6 +246,9 @@ def test_auto_inlines_one_site_and_calls_one_copy_for_several():
     for op in ("alloc", "view"):
         assert auto[op]["sites"]["4"]["registers"] <= ISSUE_REGISTERS["4"], auto[op]
         assert auto[op]["sites"]["1"]["registers"] <= ISSUE_REGISTERS["1"], auto[op]
+    # bump: four sites 44 since a group's bytes cross the claim in 32 bits
+    # (52, then 48 before); one site 40 (the issue's 36 is not met).
+    assert auto["bump"]["sites"]["4"]["registers"] <= ISSUE_REGISTERS["4"], auto["bump"]
 
 CAPPED = """
 import json, sys
@@ -311,9 +317,10 @@ def test_frames_from_the_ptx_walk_the_inline_paths_as_nvdisasm_does():
 #: 135 since bump itself is called (+2.3 %). Since the arena crosses as
 #: its page count and the last bitmap word's mask is in _settle: 157, 250,
 #: 129, 151, 133, 126 (inline 148, 241, 120, 141, 131, 136: +6.1 %, +3.7 %,
-#: +7.5 %, +7.1 %).
+#: +7.5 %, +7.1 %). bump 137 since its group's bytes cross in 32 bits
+#: (inline 134: +2.2 %).
 OUTLINED_PATHS = {"alloc_fresh_slab": 157, "alloc_reuse": 250, "free_lone": 129,
-                  "free_warp32": 151, "bump": 133, "scoped": 126}
+                  "free_warp32": 151, "bump": 137, "scoped": 126}
 
 
 @pytest.mark.slow

@@ -182,9 +182,11 @@ def test_registers_for_every_way_of_passing_a_size_sm90(probe_result):
 #: alloc's to 147 and 237, then back to 148 and 238, and bump to 131. The
 #: mask of a slab's last bitmap word, moved from the search to _settle (on
 #: the reuse path: docs/outline.md, "The arena as its page count"), took
-#: alloc_reuse to 241.
+#: alloc_reuse to 241. A bump group's bytes and a lane's offset in them in
+#: 32 bits (registers: docs/outline.md, "A bump group's bytes in 32 bits")
+#: moved bump to 134.
 PATHS = {"alloc_fresh_slab": 148, "alloc_reuse": 241, "free_lone": 120,
-         "free_warp32": 141, "bump": 131, "scoped": 136}
+         "free_warp32": 141, "bump": 134, "scoped": 136}
 
 
 @pytest.mark.slow

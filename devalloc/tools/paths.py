@@ -413,9 +413,9 @@ PATHS = {
         ), lone=False),
     "bump": PathSpec(
         "bump", "bump(ctx, n) by one lane, from the current chunk", (
-            At(_B, "base = _claim_fast(meta, npages, size * lanes, lanes, _prof_of(ctx))"),
+            At(_B, "base = _claim_fast(meta, npages, uint32(size * lanes), lanes, _prof_of(ctx))"),
             At(_B, "return cursor + (page << _pshift(meta))"),
-            At(_B, "off = base + rank * size"),
+            At(_B, "off = base + int64(uint32(rank * size))"),
         )),
     "scoped": PathSpec(
         "scoped_step", "scoped(ctx, s, n) served from the thread's current chunk", (
