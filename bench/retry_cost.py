@@ -50,7 +50,7 @@ CONTENDED = {
     "bump_lost1": ("bump", "bump(ctx, n), one lost cas on the bump word", (
         # _claim_fast's inline try loses; _claim reads the word again and wins.
         ("device/bumpalloc.py", "base = _claim_fast(meta, npages, uint32(size * lanes), lanes,"),
-        ("device/bumpalloc.py", "+ total)  # fast try"),
+        ("device/bumpalloc.py", "+ int64(total))  # fast try"),
         ("device/bumpalloc.py", "return _claim(meta, npages, total, cnt, prof)"),
         ("device/bumpalloc.py", "count = L.bump_count(w)"),
         ("device/bumpalloc.py", "return (page << _pshift(meta)) + cursor"),

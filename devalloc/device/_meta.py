@@ -69,6 +69,7 @@ else:
     from .ptx import (  # noqa: F401 (inline PTX: ordered atomics, relaxed loads)
         _acquire_and,
         _acquire_cas,
+        _block_read,
         _fence_acq_rel,
         _load,
         _opaque,
@@ -174,10 +175,24 @@ else:
         return uint32(_thread_tied(anchor) >> L.WARP_SHIFT)
 
 
-@cuda.jit(device=True)
-def _stripe():
-    """Return the counter stripe of this thread's block (failure stripes)."""
-    return cuda.blockIdx.x % L.STRIPES
+if config.ENABLE_CUDASIM:
+
+    @cuda.jit(device=True)
+    def _stripe():
+        """The simulator's ``_stripe``: the same value, through ``cuda.blockIdx``."""
+        return int64(cuda.blockIdx.x % L.STRIPES)
+
+else:
+
+    @cuda.jit(device=True)
+    def _stripe():
+        """Return the counter stripe of this thread's block (failure stripes).
+
+        The block number read where it is called (:func:`ptx._block_read`):
+        counts come after searches, which they would otherwise hold a
+        register across.
+        """
+        return int64(_block_read() % uint32(L.STRIPES))
 
 
 @cuda.jit(device=True)

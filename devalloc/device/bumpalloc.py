@@ -45,7 +45,7 @@ def _claim(meta, npages, total, cnt, prof):
         if page >= 0 and cursor + total <= chunk_bytes and count + cnt <= L.BUMP_COUNT_MAX:
             # H_BUMP: cas, races with every bump allocator. Acquire: the
             # chunk's pages as their installer took them (its release cas).
-            old = _acquire_cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)
+            old = _acquire_cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + int64(total))
             if old == w:
                 return (page << _pshift(meta)) + cursor
             w = old
@@ -63,7 +63,7 @@ def _claim(meta, npages, total, cnt, prof):
                 return L.NULL
             w = now
             continue
-        new = L.pack_bump(q, cnt, total)
+        new = L.pack_bump(q, cnt, int64(total))
         # H_BUMP: cas from the full chunk to ours; exactly one installer wins.
         # Release: our acquiring page takes come before every later claim's
         # acquire of this word.
@@ -99,7 +99,7 @@ def _claim_fast(meta, npages, total, cnt, prof):
             and L.bump_count(w) + cnt <= L.BUMP_COUNT_MAX):
         # H_BUMP: cas, as in _claim (acquire: the chunk's pages as their
         # installer took them).
-        old = _acquire_cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + total)  # fast try
+        old = _acquire_cas(meta, L.H_BUMP, w, w + (cnt << L.BUMP_COUNT_SHIFT) + int64(total))  # fast try
         if old == w:
             return cursor + (page << _pshift(meta))
         _pcount(prof, L.P_CAS_RETRIES, 1)
@@ -145,7 +145,7 @@ def bump(ctx, nbytes):
                 # code once per site, not twice.)
                 rank = 0
                 lanes = 1
-            base = int64(L.NULL)
+            base = int64(0)  # a follower's, replaced below (NULL here: a pair held in the claim)
             if rank == 0:
                 # The group's bytes fit one chunk (at most 4 pages): 32 bits.
                 # As a 64-bit value they were kept live across the claim's

@@ -184,6 +184,27 @@ def _thread_tied(typingctx, anchor):
     return types.uint32(anchor), codegen
 
 
+@intrinsic
+def _block_read(typingctx):
+    """Return the thread's block number (``blockIdx.x``, 32 bits), read here.
+
+    A volatile ``asm``: NVVM neither shares the read with ``cuda.grid``'s at
+    the kernel's start nor hoists it (or what derives from it) out of the
+    loops before it. For the failure and scope counters' stripes, counted
+    after an ``alloc``'s search: read through ``cuda.blockIdx``, the stripe's
+    metadata index was computed at the kernel's start and held across the
+    whole search (a register; docs/outline.md, "Counter stripes read where
+    they count"). One ``S2R``, on those rare paths only.
+    """
+
+    def codegen(context, builder, sig, args):
+        op = ir.InlineAsm(ir.FunctionType(_I32, []), "mov.u32 $0, %ctaid.x;", "=r",
+                          side_effect=True)
+        return builder.call(op, [])
+
+    return types.uint32(), codegen
+
+
 def _cuda_arch(context, builder):
     """Return the i32 compute capability NVVM compiles for (e.g. 900)."""
     mod = builder.module

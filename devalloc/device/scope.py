@@ -15,11 +15,11 @@ and counts ``scope_misuse``. Details: docs/correctness.md, "Bump and scoped
 scratch".
 """
 
-from numba import cuda, int64
+from numba import cuda, int64, uint32
 
 from .. import layout as L
 from . import chunks
-from ._meta import _count, _npages, _pcount, _prof_of, _pshift, _stripe
+from ._meta import _count, _lo32, _npages, _pcount, _prof_of, _pshift, _stripe, _tie
 from .outline import outline
 
 #: Chains longer than this are not followed (a release through one is misuse).
@@ -49,7 +49,18 @@ def _chunk_ok(arena, c):
     SCOPE_MAX_CHUNK that ends inside the arena. Plain loads of the thread's
     own header; a state or link from another heap (or corrupted) fails.
     """
-    end = arena.shape[0]
+    return _chunk_ok_below(arena, c, arena.shape[0])
+
+
+@cuda.jit(device=True)
+def _chunk_ok_below(arena, c, end):
+    """:func:`_chunk_ok` with the arena's length ``end`` given by the caller.
+
+    :func:`_free_from` gives it tied to ``c`` (``_meta._tie``): read in its
+    loop, the length's derived bounds were hoisted out of it and held in
+    registers across each chunk's ``free`` (docs/outline.md, "Counter
+    stripes read where they count").
+    """
     if c < 0 or c % L.ALIGN != 0 or c > end - L.SCOPE_HEADER:
         return False
     size = _word(arena, c + L.CHUNK_SIZE)
@@ -80,9 +91,12 @@ def _chunk_changed(meta, taken, delta_bytes):
 
 @cuda.jit(device=True)
 def _free_chunk(ctx, chunk):
-    size = _word(ctx.arena, chunk + L.CHUNK_SIZE)
+    # What the chunk reserved, read before the free gives its header away:
+    # at most SCOPE_MAX_CHUNK's pages (_chunk_ok checked the size), so 32
+    # bits across the free, not the 64-bit size.
+    gone = uint32(_reserved(ctx.meta, _word(ctx.arena, chunk + L.CHUNK_SIZE)))
     chunks.chunk_free(ctx, chunk)
-    _chunk_changed(ctx.meta, -1, -_reserved(ctx.meta, size))
+    _chunk_changed(ctx.meta, -1, -int64(gone))
 
 
 @cuda.jit(device=True)
@@ -111,8 +125,10 @@ def _new_chunk(ctx, prev, size, have):
     most twice, and on success the three striped counter ``add``s.
     """
     meta = ctx.meta
-    want = max(2 * have, 4 * size + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK)
-    want = min(want, L.SCOPE_MAX_CHUNK)
+    # 32 bits (at most SCOPE_MAX_CHUNK) that NVVM keeps 32-bit (_lo32): one
+    # register across the tries, not a 64-bit pair and a copy.
+    want = _lo32(min(max(2 * have, 4 * int64(size) + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK),
+                     L.SCOPE_MAX_CHUNK))
     # Whether the preferred size fitted the arena (a failure of it then is
     # the one the search proved); decided before the tries, so that it
     # and not the size stays live across them.
@@ -121,10 +137,10 @@ def _new_chunk(ctx, prev, size, have):
     # At most two tries, through one call: inline, each call site is a
     # whole copy of alloc (docs/outline.md, "One slow path per site").
     while True:
-        new = chunks.chunk_alloc(ctx, want)
+        new = chunks.chunk_alloc(ctx, int64(want))
         if new != L.NULL or retried or want <= size + L.SCOPE_HEADER:
             break
-        want = size + L.SCOPE_HEADER  # the smaller retry
+        want = _lo32(size + L.SCOPE_HEADER)  # the smaller retry
         retried = True
     if retried:
         # Failure stripe: add -1; two tries are one request, counted at most once.
@@ -136,11 +152,11 @@ def _new_chunk(ctx, prev, size, have):
     arena = ctx.arena
     _set_word(arena, new + L.CHUNK_PREV, prev + 1)
     _set_word(arena, new + L.CHUNK_NEXT, 0)
-    _set_word(arena, new + L.CHUNK_SIZE, want)
+    _set_word(arena, new + L.CHUNK_SIZE, int64(want))
     if prev >= 0:
         _set_word(arena, prev + L.CHUNK_NEXT, new + 1)
-    _chunk_changed(meta, 1, _reserved(meta, want))
-    chunks.scratch_poison(ctx, new + L.SCOPE_HEADER, want - L.SCOPE_HEADER)
+    _chunk_changed(meta, 1, _reserved(meta, int64(want)))
+    chunks.scratch_poison(ctx, new + L.SCOPE_HEADER, int64(want) - L.SCOPE_HEADER)
     return new
 
 
@@ -154,7 +170,9 @@ def _free_from(ctx, c):
     for _ in range(MAX_CHAIN):
         if c < 0:
             return
-        if not _chunk_ok(ctx.arena, c):
+        # The arena's end tied to c: read where it is checked, not hoisted
+        # out of the loop and held across its frees (registers).
+        if not _chunk_ok_below(ctx.arena, c, _tie(int64(ctx.arena.shape[0]), c)):
             _count(ctx.meta, L.S_SCOPE_MISUSE)
             return
         nxt = _word(ctx.arena, c + L.CHUNK_NEXT) - 1
@@ -214,7 +232,7 @@ def scoped(ctx, s, nbytes):
     if n <= 0 or n > L.SCOPE_MAX_CHUNK - L.SCOPE_HEADER:
         _count(meta, L.S_FAILED)
         return int64(L.NULL), s
-    size = L.align_up(n)
+    size = uint32(L.align_up(n))  # < SCOPE_MAX_CHUNK: 32 bits
     chunk = L.scope_chunk(s)
     cursor = L.scope_cursor(s)
     have = int64(0)
@@ -226,11 +244,11 @@ def scoped(ctx, s, nbytes):
         have = _word(arena, chunk + L.CHUNK_SIZE)
         if cursor + size <= have:
             chunks.scratch_check(ctx, chunk + cursor, size)
-            return chunk + cursor, L.scope_advance(s, size)
+            return chunk + cursor, L.scope_advance(s, int64(size))
     new = _next_chunk_out(ctx, chunk, size, have)
     if new == L.NULL:
         return new, s  # counted
-    return new + L.SCOPE_HEADER, L.pack_scope(new, L.SCOPE_HEADER + size, depth)
+    return new + L.SCOPE_HEADER, L.pack_scope(new, L.SCOPE_HEADER + int64(size), depth)
 
 
 @cuda.jit(device=True)

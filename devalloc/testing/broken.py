@@ -189,14 +189,14 @@ def claim_plain_update(meta, npages, total, cnt, prof):
     while True:  # as the real one: retried while the bump word changes (issue 25)
         w = meta[L.H_BUMP]
         if L.bump_page(w) >= 0 and L.bump_cursor(w) + total <= chunk_pages << _pshift(meta):
-            meta[L.H_BUMP] = w + (cnt << L.BUMP_COUNT_SHIFT) + total  # BUG: plain update
+            meta[L.H_BUMP] = w + (cnt << L.BUMP_COUNT_SHIFT) + int64(total)  # BUG: plain update
             return (L.bump_page(w) << _pshift(meta)) + L.bump_cursor(w)
         q = _alloc_pages(meta, npages, chunk_pages, L.TAG_BUMP, prof)
         if q < 0:
             if meta[L.H_BUMP] == w:
                 return L.NULL
             continue
-        if cuda.atomic.cas(meta, L.H_BUMP, w, L.pack_bump(q, cnt, total)) == w:
+        if cuda.atomic.cas(meta, L.H_BUMP, w, L.pack_bump(q, cnt, int64(total))) == w:
             if L.bump_count(w):
                 cuda.atomic.add(meta, L.H_BUMP_DONE, L.bump_count(w))
             return q << _pshift(meta)

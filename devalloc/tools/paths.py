@@ -422,7 +422,7 @@ PATHS = {
             # (No waypoint on the header's size read: NVVM merges it with
             # _chunk_ok's read of the same bytes.)
             At(_SC, "return size <= end - c"),
-            At(_SC, "return chunk + cursor, L.scope_advance(s, size)"),
+            At(_SC, "return chunk + cursor, L.scope_advance(s, int64(size))"),
         )),
 }
 
