@@ -13,6 +13,9 @@ metadata guesses, so these are one PTX instruction each:
 * ``_fence_acq_rel()``: ``fence.acq_rel.gpu`` (``MEMBAR.ALL.GPU``, not SC);
 * ``_opaque(x)``: ``x`` through a ``mov`` the optimiser cannot see through;
 * ``_tie(x, anchor)``: ``x``, but computed after ``anchor`` (not hoisted);
+* ``_get_word(arena, off)``, ``_put_word(arena, off, v)``: the int64 at a
+  byte offset of a ``uint8`` array, one plain 8-byte load or store (scoped
+  scratch's chunk headers; not inline PTX, and not ordered);
 * ``_redux_or(mask, x)``: ``redux.sync.or.b32`` on sm_80 and later, chosen
   when NVVM compiles the kernel (``__nvvm_reflect("__CUDA_ARCH")``), and a
   ``shfl_sync`` loop before (:mod:`devalloc.device.warp`).
@@ -94,6 +97,57 @@ _acquire_and = _word_op("atom.acquire.gpu.global.and.b64 $0, [$1], $2;", 1)
 _release_or = _word_op("atom.release.gpu.global.or.b64 $0, [$1], $2;", 1)
 _release_add = _word_op("atom.release.gpu.global.add.u64 $0, [$1], $2;", 1)
 _release_exch = _word_op("atom.release.gpu.global.exch.b64 $0, [$1], $2;", 1)
+
+
+def _check_bytes(ary, off):
+    if not (isinstance(ary, types.Array) and ary.ndim == 1 and ary.dtype == types.uint8):
+        raise TypingError(f"a chunk header word needs a 1-D uint8 array, got {ary}")
+    if not isinstance(off, types.Integer):
+        raise TypingError(f"a chunk header word needs an integer offset, got {off}")
+
+
+def _byte_word(context, builder, aryty, ary, offty, off):
+    # The int64 pointer to byte off of a uint8 array (off >= 0, a multiple of 8).
+    data = context.make_array(aryty)(context, builder, ary).data
+    off = context.cast(builder, off, offty, types.int64)
+    return builder.bitcast(builder.gep(data, [off]), ir.PointerType(_I64))
+
+
+@intrinsic
+def _get_word(typingctx, arena, off):
+    """Return the int64 at byte ``off`` of ``arena``: one plain 8-byte load.
+
+    ``off`` >= 0 and a multiple of 8 in an array whose data is 8-byte aligned
+    (a heap's arena is 256-byte aligned; the chunk headers that use it sit
+    at 16-aligned offsets, checked before a header is read). Little-endian,
+    as the simulator's byte-wise version reads it. A plain access: NVVM may
+    merge or move it like any load of the thread's own data.
+    """
+    _check_bytes(arena, off)
+
+    def codegen(context, builder, sig, args):
+        ptr = _byte_word(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        return builder.load(ptr, align=8)
+
+    return types.int64(arena, off), codegen
+
+
+@intrinsic
+def _put_word(typingctx, arena, off, v):
+    """Store ``v`` (as int64) at byte ``off`` of ``arena``: one plain 8-byte store.
+
+    The same conditions as :func:`_get_word`.
+    """
+    _check_bytes(arena, off)
+    if not isinstance(v, types.Integer):
+        raise TypingError(f"a chunk header word stores an integer, got {v}")
+
+    def codegen(context, builder, sig, args):
+        ptr = _byte_word(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+        builder.store(context.cast(builder, args[2], sig.args[2], types.int64), ptr, align=8)
+        return context.get_dummy_value()
+
+    return types.none(arena, off, v), codegen
 
 
 @intrinsic

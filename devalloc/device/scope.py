@@ -15,7 +15,7 @@ and counts ``scope_misuse``. Details: docs/correctness.md, "Bump and scoped
 scratch".
 """
 
-from numba import cuda, int64, uint32
+from numba import config, cuda, int64, uint32
 
 from .. import layout as L
 from . import chunks
@@ -26,18 +26,28 @@ from .outline import outline
 MAX_CHAIN = 64
 
 
-@cuda.jit(device=True)
-def _word(arena, off):
-    v = int64(0)
-    for j in range(8):
-        v |= int64(arena[off + j]) << (8 * j)
-    return v
+if config.ENABLE_CUDASIM:
 
+    @cuda.jit(device=True)
+    def _word(arena, off):
+        """The simulator's ``_word``: the little-endian int64 at byte ``off``, byte by byte."""
+        v = int64(0)
+        for j in range(8):
+            v |= int64(arena[off + j]) << (8 * j)
+        return v
 
-@cuda.jit(device=True)
-def _set_word(arena, off, v):
-    for j in range(8):
-        arena[off + j] = (v >> (8 * j)) & 0xFF
+    @cuda.jit(device=True)
+    def _set_word(arena, off, v):
+        """The simulator's ``_set_word``: ``v`` stored little-endian at byte ``off``."""
+        for j in range(8):
+            arena[off + j] = (v >> (8 * j)) & 0xFF
+
+else:
+    # One 8-byte load or store of a header word (ptx._get_word): byte by
+    # byte, a word was 8 loads and 14 shifts and ors, or 8 stores, at each
+    # of scoped's header accesses (docs/outline.md, "Chunk headers in words").
+    from .ptx import _get_word as _word
+    from .ptx import _put_word as _set_word
 
 
 @cuda.jit(device=True)
@@ -129,24 +139,20 @@ def _new_chunk(ctx, prev, size, have):
     # register across the tries, not a 64-bit pair and a copy.
     want = _lo32(min(max(2 * have, 4 * int64(size) + L.SCOPE_HEADER, L.SCOPE_MIN_CHUNK),
                      L.SCOPE_MAX_CHUNK))
-    # Whether the preferred size fitted the arena (a failure of it then is
-    # the one the search proved); decided before the tries, so that it
-    # and not the size stays live across them.
-    fitted = want + L.GUARD <= (_npages(ctx) << _pshift(meta))
-    retried = False
+    least = _lo32(size + L.SCOPE_HEADER)  # the smaller retry
     # At most two tries, through one call: inline, each call site is a
     # whole copy of alloc (docs/outline.md, "One slow path per site").
     while True:
         new = chunks.chunk_alloc(ctx, int64(want))
-        if new != L.NULL or retried or want <= size + L.SCOPE_HEADER:
+        if new != L.NULL or want <= least:
             break
-        want = _lo32(size + L.SCOPE_HEADER)  # the smaller retry
-        retried = True
-    if retried:
-        # Failure stripe: add -1; two tries are one request, counted at most once.
+        # The preferred size failed and a retry follows: its failure is
+        # taken back here, where its size is still known (no flag or size
+        # carried across the retry). Failure stripe: add -1.
         cuda.atomic.add(meta, L.stripe_word(_stripe(), L.S_FAILED), -1)
-        if fitted:
-            _pcount(_prof_of(ctx), L.P_FAILED_FULL, -1)
+        if want + L.GUARD <= (_npages(ctx) << _pshift(meta)):
+            _pcount(_prof_of(ctx), L.P_FAILED_FULL, -1)  # the one the search proved
+        want = least
     if new == L.NULL:
         return new
     arena = ctx.arena
@@ -232,7 +238,7 @@ def scoped(ctx, s, nbytes):
     if n <= 0 or n > L.SCOPE_MAX_CHUNK - L.SCOPE_HEADER:
         _count(meta, L.S_FAILED)
         return int64(L.NULL), s
-    size = uint32(L.align_up(n))  # < SCOPE_MAX_CHUNK: 32 bits
+    size = _lo32(L.align_up(n))  # < SCOPE_MAX_CHUNK: 32 bits
     chunk = L.scope_chunk(s)
     cursor = L.scope_cursor(s)
     have = int64(0)
