@@ -581,3 +581,17 @@ def test_a_new_chunk_retries_the_exact_size_once_and_counts_one_request(free_pag
     assert u.profile["failed_full"] == (0 if served else 1), u.profile
     if served:  # the exact size: one page, the chunk's bytes n + header
         assert u.scoped_chunks == 1 and u.scoped_bytes == L.PAGE, u
+
+
+def test_a_failed_new_chunk_is_bit_63_of_a_state_that_never_has_it():
+    # scope._next_chunk returns the caller's state with bit 63 set when it
+    # fails (scope._FAILED): no state of the largest heap has that bit.
+    from devalloc.device import scope
+
+    largest = (L.MAX_PAGES << L.PAGE_SHIFT) - L.ALIGN  # the largest page is the default
+    s = L.pack_scope(largest, L.SCOPE_CURSOR_MASK * L.ALIGN, L.SCOPE_DEPTH_MAX)
+    assert 0 <= s < 2**63
+    assert L.scope_chunk(s) == largest and L.scope_depth(s) == L.SCOPE_DEPTH_MAX
+    assert int(scope._FAILED) == -(2**63) and int(scope._STATE) == 2**63 - 1
+    failed = np.int64(s) | scope._FAILED
+    assert failed < 0 and (failed & scope._STATE) == s

@@ -25,6 +25,12 @@ from .outline import outline
 #: Chains longer than this are not followed (a release through one is misuse).
 MAX_CHAIN = 64
 
+#: The bit :func:`_next_chunk` sets in the state it returns when it fails
+#: (bit 63, clear in every state: layout.py, "scope state"); the rest is the
+#: caller's state unchanged.
+_FAILED = int64(-(2**63))
+_STATE = int64(2**63 - 1)
+
 
 if config.ENABLE_CUDASIM:
 
@@ -251,43 +257,54 @@ def scoped(ctx, s, nbytes):
         if cursor + size <= have:
             chunks.scratch_check(ctx, chunk + cursor, size)
             return chunk + cursor, L.scope_advance(s, int64(size))
-    new = _next_chunk_out(ctx, chunk, size, have)
-    if new == L.NULL:
-        return new, s  # counted
-    return new + L.SCOPE_HEADER, L.pack_scope(new, L.SCOPE_HEADER + int64(size), depth)
+    # The state after the request, or s with _FAILED set: the caller keeps
+    # nothing of its own (s, size, depth) across the call (registers).
+    t = _next_chunk_out(ctx, s, size)
+    if t < 0:
+        return int64(L.NULL), t & _STATE  # counted; s itself
+    # The new chunk's offset: t's chunk, which is never "none" here.
+    return (((t >> L.SCOPE_CHUNK_SHIFT) - 1) << L.ALIGN_SHIFT) + L.SCOPE_HEADER, t
 
 
 @cuda.jit(device=True)
-def _next_chunk(ctx, chunk, size, have):
-    """Return a chunk after ``chunk`` that serves ``size`` bytes from its start, or NULL.
+def _next_chunk(ctx, s, size):
+    """Serve ``size`` bytes from the start of a chunk after state ``s``'s; return the new state.
 
-    Called by :func:`scoped` only, when its current chunk ``chunk`` (checked;
-    ``have`` bytes) cannot serve ``size`` bytes, or when it has none
-    (``chunk`` -1, ``have`` 0). The spare chunk after it if that one is large
-    enough (a debug heap checks its bytes are still poisoned); else a new
-    one (:func:`_new_chunk`: one ``alloc``, three striped ``add``s), after
-    freeing a spare that is too small. Failure: NULL, counted in ``failed``
-    (by ``alloc`` for a new chunk), and in ``scope_misuse`` when the link to
-    the spare cannot be this heap's.
+    Called by :func:`scoped` only, when the current chunk of ``s`` (checked)
+    cannot serve ``size`` bytes, or when it has none. The spare chunk after
+    it if that one is large enough (a debug heap checks its bytes are still
+    poisoned); else a new one (:func:`_new_chunk`: one ``alloc``, three
+    striped ``add``s), after freeing a spare that is too small. Returns the
+    state with that chunk current and ``size`` bytes used after its header,
+    at ``s``'s depth. Failure: ``s | _FAILED`` (negative), counted in
+    ``failed`` (by ``alloc`` for a new chunk), and in ``scope_misuse`` when
+    the link to the spare cannot be this heap's.
     """
     arena = ctx.arena
+    chunk = L.scope_chunk(s)
+    depth = L.scope_depth(s)
+    have = int64(0)
     if chunk >= 0:
+        have = _word(arena, chunk + L.CHUNK_SIZE)
         spare = _word(arena, chunk + L.CHUNK_NEXT) - 1
         if spare >= 0 and not _chunk_ok(arena, spare):
             _count(ctx.meta, L.S_SCOPE_MISUSE)  # a corrupted link
             _count(ctx.meta, L.S_FAILED)
-            return int64(L.NULL)
+            return s | _FAILED
         if spare >= 0:
             if L.SCOPE_HEADER + size <= _word(arena, spare + L.CHUNK_SIZE):
                 chunks.scratch_check(ctx, spare + L.SCOPE_HEADER, size)
-                return spare
+                return L.pack_scope(spare, L.SCOPE_HEADER + int64(size), depth)
             # Too small: replaced by a larger one. Unlinked first (the same
             # thread owns both chunks; nothing reads the link in between):
             # freed first, the kernels of 2 and 4 scoped sites took 4
             # registers more under "auto" (docs/outline.md).
             _set_word(arena, chunk + L.CHUNK_NEXT, 0)
             _free_from_out(ctx, spare)
-    return _new_chunk(ctx, chunk, size, have)
+    new = _new_chunk(ctx, chunk, size, have)
+    if new == L.NULL:
+        return s | _FAILED
+    return L.pack_scope(new, L.SCOPE_HEADER + int64(size), depth)
 
 
 #: What scoped calls when its current chunk has no room (out of line when
