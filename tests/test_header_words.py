@@ -10,13 +10,11 @@ and on the compiler's side in the PTX (sm_90, a subprocess with the real
 CUDA target, no GPU).
 """
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from cuda_target import last_json, run
 
 SCRIPT = """
 import json
@@ -38,16 +36,8 @@ print(json.dumps(aot.compile_ptx(k_words, sig, cc=(9, 0))[0]))
 """
 
 
-def _ptx():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_a_header_word_is_one_8_byte_load_and_one_8_byte_store_on_the_gpu():
-    ptx = _ptx()
+    ptx = last_json(SCRIPT)
     body = [line.strip() for line in ptx.splitlines()]
     loads = [line for line in body if line.startswith("ld.") and not line.startswith("ld.param")]
     stores = [line for line in body if line.startswith("st.")]
@@ -71,11 +61,8 @@ try:
 except Exception as e:
     print("refused:", "1-D uint8 array" in str(e))
 """
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "refused: True" in proc.stdout, proc.stdout[-2000:]
+    out = run(script)
+    assert "refused: True" in out, out[-2000:]
 
 
 @pytest.mark.parametrize("v", [0, 1, -1, 0x0123456789ABCDEF, -(2**63), 2**63 - 1])

@@ -10,10 +10,7 @@ they count"). Compiled for sm_90 in a subprocess with the real CUDA target
 suite (every failure count sums its stripes).
 """
 
-import json
-import os
-import subprocess
-import sys
+from cuda_target import last_json
 
 SCRIPT = """
 import json
@@ -42,11 +39,7 @@ print(json.dumps(aot.compile_ptx(k_counts, sig, cc=(9, 0))[0]))
 
 
 def test_each_stripe_reads_the_block_number_where_it_counts():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    ptx = json.loads(proc.stdout.strip().splitlines()[-1])
+    ptx = last_json(SCRIPT)
     reads = [line for line in ptx.splitlines() if "%ctaid.x" in line]
     # cuda.grid's read, and one per stripe (two counts on two branches, one
     # more after them): through cuda.blockIdx NVVM keeps the grid's read
