@@ -228,3 +228,59 @@ def measure(cc=(9, 0), ops=None, sig=None, timing=True, max_registers=None, outl
             entry["compile_ratio"] = round(t[top] / t[1], 2)
         out[op] = entry
     return out
+
+
+#: ptxas's smallest ``-maxrregcount``.
+FLOOR_LOW = 16
+
+
+def _fits(r):
+    # Assembled with no spill and no local-memory stack frame.
+    return r.spill_bytes == 0 and r.stack_bytes == 0
+
+
+def register_floor(op, k, cc=(9, 0), outline=None):
+    """Return the fewest registers code-size kernel ``k_{op}_{k}`` fits in without spilling.
+
+    The code's register pressure as ptxas sees it, apart from the count it
+    picks when nothing is asked (``registers``): it may take more than it
+    needs where that costs no occupancy (the SM allocates registers 8 per
+    thread: :mod:`devalloc.tools.occupancy`), and no arrangement of the same
+    code fits in fewer than ``floor``. Found by bisection of ptxas's
+    ``-maxrregcount`` (what ``@cuda.jit(max_registers=N)`` asks) between
+    :data:`FLOOR_LOW` and ``registers``, assembling the kernel's PTX, compiled
+    once, each time: ``floor`` assembles with no spill and no stack frame
+    and ``floor - 1`` does not (``spill_below`` and ``stack_below`` are its
+    bytes; 0 when ``floor`` is FLOOR_LOW). ``sass_at_floor`` is the SASS
+    instruction count at ``floor``. Deterministic for a given toolchain;
+    ``outline`` as in :func:`measure`.
+    """
+    if op not in KERNELS or k not in KERNELS[op]:
+        kinds = ", ".join(f"{o}:{n}" for o in KERNELS for n in KERNELS[o])
+        raise ValueError(f"no code-size kernel {op}:{k}; one of {kinds}")
+    from .probe_kernels import sig_for
+
+    ptx, plain, _, _ = _compile(KERNELS[op][k], sig_for("normal", outline), cc, False)
+    if not _fits(plain):
+        raise RuntimeError(f"{op}:{k} spills with no register cap: "
+                           f"{plain.spill_bytes} spill bytes, {plain.stack_bytes} stack bytes")
+    # Invariant: hi fits (registers as picked fit), lo - 1 is below what fits
+    # or lo is FLOOR_LOW.
+    lo, hi = FLOOR_LOW, plain.registers
+    at = {hi: plain}
+    while lo < hi:
+        mid = (lo + hi) // 2
+        r = at[mid] = aot.assemble(ptx, cc, mid)
+        if _fits(r):
+            hi = mid
+        else:
+            lo = mid + 1
+    below = at.get(hi - 1) if hi > FLOOR_LOW else None
+    if hi > FLOOR_LOW and below is None:
+        below = aot.assemble(ptx, cc, hi - 1)
+    floor = at[hi] if hi in at else aot.assemble(ptx, cc, hi)
+    return {"registers": plain.registers, "floor": hi,
+            "sass_instructions": plain.sass_instructions,
+            "sass_at_floor": floor.sass_instructions,
+            "spill_below": below.spill_bytes if below else 0,
+            "stack_below": below.stack_bytes if below else 0}

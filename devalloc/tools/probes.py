@@ -11,7 +11,9 @@ executed on the common paths on sm_90 (:mod:`devalloc.tools.paths`; JSON key
 JSON key ``"code_size"``); with ``--live-registers OP:SITES`` (repeatable, e.g.
 ``alloc:4``), where the registers of that code-size kernel go: live
 registers per source function (:mod:`devalloc.tools.liveregs`; JSON key
-``"live_registers"``, keyed ``"OP:SITES"``). With ``--outline`` (or ``--outline on``) all of
+``"live_registers"``, keyed ``"OP:SITES"``); with ``--register-floor OP:SITES``
+(repeatable), the fewest registers that kernel fits in without spilling
+(:func:`devalloc.tools.codesize.register_floor`; JSON key ``"register_floor"``). With ``--outline`` (or ``--outline on``) all of
 it is compiled for heaps made with ``outline=True`` (one out-of-line copy of
 each body per kernel, :mod:`devalloc.device.outline`), with ``--outline off``
 for ``outline=False`` (inline at every site), with ``--outline auto`` for
@@ -195,7 +197,7 @@ def missing():
 
 
 def _op_sites(text):
-    # argparse type of --live-registers: "OP:SITES", a codesize kernel.
+    # argparse type of --live-registers and --register-floor: "OP:SITES", a codesize kernel.
     from .codesize import KERNELS
 
     op, _, k = text.partition(":")
@@ -219,6 +221,11 @@ def main(argv=None):
                    type=_op_sites,
                    help="also report where the registers of a code-size kernel go, e.g. alloc:4 "
                         "(devalloc.tools.liveregs, sm_90; repeatable)")
+    p.add_argument("--register-floor", action="append", default=[], metavar="OP:SITES",
+                   type=_op_sites,
+                   help="also report the fewest registers a code-size kernel fits in without "
+                        "spilling, e.g. scoped:4 (devalloc.tools.codesize.register_floor, the "
+                        "first --cc; repeatable)")
     p.add_argument("--no-paths", action="store_true",
                    help="skip the walked path lengths (devalloc.tools.paths, sm_90)")
     p.add_argument("--outline", nargs="?", const="on", choices=sorted(OUTLINE_FLAG),
@@ -246,6 +253,11 @@ def main(argv=None):
         from . import codesize
 
         result["code_size"] = codesize.measure(ccs[0], outline=outline)
+    if a.register_floor:
+        from . import codesize
+
+        result["register_floor"] = {f"{op}:{k}": codesize.register_floor(op, k, ccs[0], outline)
+                                    for op, k in a.register_floor}
     if a.live_registers:
         from . import liveregs
 
@@ -276,6 +288,11 @@ def main(argv=None):
                               f"{r['numba_seconds'] + r['ptxas_seconds']:.2f}s"
                               for k, r in e["sites"].items())
             print(f"{op:>8}  +{e['per_extra_site']:5} per extra site  {sites}")
+    for key, r in result.get("register_floor", {}).items():
+        print(f"\n{key} ({ccs[0][0]}{ccs[0][1]}): {r['registers']} registers as ptxas picks "
+              f"({r['sass_instructions']} SASS), fits in {r['floor']} without spilling "
+              f"({r['sass_at_floor']} SASS; {r['floor'] - 1}: {r['spill_below']} spill bytes, "
+              f"{r['stack_below']} stack bytes)")
     for key, r in result.get("live_registers", {}).items():
         print(f"\n{key} (sm_90, line info): {r['registers']} registers, span {r['span']}, "
               f"at most {r['peak_live']} live; peak in "
