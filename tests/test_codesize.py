@@ -319,8 +319,23 @@ def test_register_floors_are_what_the_code_needs():
         # The floor is a bisection's end: ptxas's own pick fits, the floor
         # fits (no spill, no stack), one register less does not.
         assert codesize.FLOOR_LOW < r["floor"] <= r["registers"], (key, r)
-        assert r["spill_below"] + r["stack_below"] > 0, (key, r)
+        assert (r["spill_below"] + r["stack_below"] > 0
+                or r["registers_below"] >= r["floor"]), (key, r)
         assert abs(r["sass_at_floor"] - r["sass_instructions"]) <= 64, (key, r)
+
+
+def test_lowest_fitting_bisects_and_asks_only_below_the_top():
+    for first in range(16, 41):
+        asked = []
+
+        def fits(n):
+            asked.append(n)
+            return n >= first
+
+        assert codesize.lowest_fitting(fits, 16, 40) == first
+        assert all(16 <= n < 40 for n in asked), asked
+        assert len(asked) <= 5, asked  # log2(24), rounded up
+    assert codesize.lowest_fitting(lambda n: False, 30, 30) == 30  # the top is not asked
 
 
 def test_register_floor_names_the_kernels_it_knows():

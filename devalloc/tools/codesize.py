@@ -234,26 +234,46 @@ def measure(cc=(9, 0), ops=None, sig=None, timing=True, max_registers=None, outl
 FLOOR_LOW = 16
 
 
-def _fits(r):
-    # Assembled with no spill and no local-memory stack frame.
-    return r.spill_bytes == 0 and r.stack_bytes == 0
+def _fits(r, n=None):
+    # Assembled with no spill and no local-memory stack frame (and in at
+    # most n registers: ptxas takes more than a cap below its own least,
+    # 24 on sm_90, without a word).
+    return r.spill_bytes == 0 and r.stack_bytes == 0 and (n is None or r.registers <= n)
+
+
+def lowest_fitting(fits, low, high):
+    """Return the least ``n`` in ``[low, high]`` with ``fits(n)``, by bisection.
+
+    ``fits(high)`` must be true; ``fits`` is assumed monotonic (true from
+    some ``n`` up), and is called only inside ``[low, high)``.
+    """
+    while low < high:
+        mid = (low + high) // 2
+        if fits(mid):
+            high = mid
+        else:
+            low = mid + 1
+    return high
 
 
 def register_floor(op, k, cc=(9, 0), outline=None):
     """Return the fewest registers code-size kernel ``k_{op}_{k}`` fits in without spilling.
 
     The code's register pressure as ptxas sees it, apart from the count it
-    picks when nothing is asked (``registers``): it may take more than it
+    picks when nothing is asked (``registers``), which may be more than it
     needs where that costs no occupancy (the SM allocates registers 8 per
-    thread: :mod:`devalloc.tools.occupancy`), and no arrangement of the same
-    code fits in fewer than ``floor``. Found by bisection of ptxas's
-    ``-maxrregcount`` (what ``@cuda.jit(max_registers=N)`` asks) between
-    :data:`FLOOR_LOW` and ``registers``, assembling the kernel's PTX, compiled
-    once, each time: ``floor`` assembles with no spill and no stack frame
-    and ``floor - 1`` does not (``spill_below`` and ``stack_below`` are its
-    bytes; 0 when ``floor`` is FLOOR_LOW). ``sass_at_floor`` is the SASS
-    instruction count at ``floor``. Deterministic for a given toolchain;
-    ``outline`` as in :func:`measure`.
+    thread: :mod:`devalloc.tools.occupancy`). Found by bisection
+    (:func:`lowest_fitting`) of ptxas's ``-maxrregcount`` (what
+    ``@cuda.jit(max_registers=N)`` asks) between :data:`FLOOR_LOW` and
+    ``registers``, assembling the kernel's PTX, compiled once, each time:
+    ``floor`` assembles in at most ``floor`` registers with no spill and no
+    stack frame, and ``floor - 1`` does not (checked: ``registers_below``,
+    ``spill_below`` and ``stack_below`` are what it took: more registers
+    than asked where ptxas will not take fewer, or spill and stack bytes;
+    all 0 when ``floor`` is FLOOR_LOW). ``sass_at_floor`` is the SASS instruction
+    count at ``floor``. Deterministic for a given toolchain; ``outline`` as
+    in :func:`measure`. Raises ValueError for a kernel :data:`KERNELS` does
+    not have, RuntimeError if the kernel spills with no cap.
     """
     if op not in KERNELS or k not in KERNELS[op]:
         kinds = ", ".join(f"{o}:{n}" for o in KERNELS for n in KERNELS[o])
@@ -264,23 +284,22 @@ def register_floor(op, k, cc=(9, 0), outline=None):
     if not _fits(plain):
         raise RuntimeError(f"{op}:{k} spills with no register cap: "
                            f"{plain.spill_bytes} spill bytes, {plain.stack_bytes} stack bytes")
-    # Invariant: hi fits (registers as picked fit), lo - 1 is below what fits
-    # or lo is FLOOR_LOW.
-    lo, hi = FLOOR_LOW, plain.registers
-    at = {hi: plain}
-    while lo < hi:
-        mid = (lo + hi) // 2
-        r = at[mid] = aot.assemble(ptx, cc, mid)
-        if _fits(r):
-            hi = mid
-        else:
-            lo = mid + 1
-    below = at.get(hi - 1) if hi > FLOOR_LOW else None
-    if hi > FLOOR_LOW and below is None:
-        below = aot.assemble(ptx, cc, hi - 1)
-    floor = at[hi] if hi in at else aot.assemble(ptx, cc, hi)
-    return {"registers": plain.registers, "floor": hi,
+    at = {plain.registers: plain}
+
+    def fits(n):
+        at[n] = aot.assemble(ptx, cc, n)
+        return _fits(at[n], n)
+
+    floor = lowest_fitting(fits, FLOOR_LOW, plain.registers)
+    below = None
+    if floor > FLOOR_LOW:
+        below = at[floor - 1] if floor - 1 in at else aot.assemble(ptx, cc, floor - 1)
+        if _fits(below, floor - 1):
+            raise RuntimeError(f"{op}:{k}: ptxas fits {floor - 1} registers but not some more "
+                               f"(not monotonic); {floor} found by bisection")
+    return {"registers": plain.registers, "floor": floor,
             "sass_instructions": plain.sass_instructions,
-            "sass_at_floor": floor.sass_instructions,
+            "sass_at_floor": at[floor].sass_instructions,
+            "registers_below": below.registers if below else 0,
             "spill_below": below.spill_bytes if below else 0,
             "stack_below": below.stack_bytes if below else 0}

@@ -291,7 +291,8 @@ def main(argv=None):
     for key, r in result.get("register_floor", {}).items():
         print(f"\n{key} ({ccs[0][0]}{ccs[0][1]}): {r['registers']} registers as ptxas picks "
               f"({r['sass_instructions']} SASS), fits in {r['floor']} without spilling "
-              f"({r['sass_at_floor']} SASS; {r['floor'] - 1}: {r['spill_below']} spill bytes, "
+              f"({r['sass_at_floor']} SASS; asked for {r['floor'] - 1}: {r['registers_below']} "
+              f"registers, {r['spill_below']} spill bytes, "
               f"{r['stack_below']} stack bytes)")
     for key, r in result.get("live_registers", {}).items():
         print(f"\n{key} (sm_90, line info): {r['registers']} registers, span {r['span']}, "
