@@ -689,10 +689,15 @@ def pack_scope(chunk, cursor, depth):
 @register_jitable
 def scope_chunk(s):
     """Return the chunk offset of scope state ``s`` (-1: none)."""
-    c = s >> SCOPE_CHUNK_SHIFT
-    if c == 0:
+    if s >> SCOPE_CHUNK_SHIFT == 0:
         return -1
-    return (c - 1) << ALIGN_SHIFT
+    return scope_chunk_had(s)
+
+
+@register_jitable
+def scope_chunk_had(s):
+    """Return the chunk offset of scope state ``s``, which has a chunk (no test for none)."""
+    return ((s >> SCOPE_CHUNK_SHIFT) - 1) << ALIGN_SHIFT
 
 
 @register_jitable

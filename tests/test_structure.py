@@ -54,6 +54,10 @@ def test_scope_state_helpers():
     assert L.scope_advance(s, 48) == L.pack_scope(4096, 112, 3)
     assert L.align_up(1) == 16 and L.align_up(16) == 16 and L.align_up(17) == 32
     assert L.debug_size_slots(2) == 2 * L.PAGE // L.DEBUG_MIN_BLOCK
+    for chunk in (0, 16, 4096, (1 << 39) - 16):
+        t = L.pack_scope(chunk, L.SCOPE_HEADER + 48, 7)
+        assert L.scope_chunk(t) == L.scope_chunk_had(t) == chunk
+    assert L.scope_chunk(L.pack_scope(-1, 0, 1)) == -1
 
 
 def test_size_class_constants_are_tied_together():

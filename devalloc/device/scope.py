@@ -263,7 +263,7 @@ def scoped(ctx, s, nbytes):
     if t < 0:
         return int64(L.NULL), t & _STATE  # counted; s itself
     # The new chunk's offset: t's chunk, which is never "none" here.
-    return (((t >> L.SCOPE_CHUNK_SHIFT) - 1) << L.ALIGN_SHIFT) + L.SCOPE_HEADER, t
+    return L.scope_chunk_had(t) + L.SCOPE_HEADER, t
 
 
 @cuda.jit(device=True)

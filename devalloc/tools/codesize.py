@@ -267,10 +267,10 @@ def register_floor(op, k, cc=(9, 0), outline=None):
     ``@cuda.jit(max_registers=N)`` asks) between :data:`FLOOR_LOW` and
     ``registers``, assembling the kernel's PTX, compiled once, each time:
     ``floor`` assembles in at most ``floor`` registers with no spill and no
-    stack frame, and ``floor - 1`` does not (checked: ``registers_below``,
-    ``spill_below`` and ``stack_below`` are what it took: more registers
-    than asked where ptxas will not take fewer, or spill and stack bytes;
-    all 0 when ``floor`` is FLOOR_LOW). ``sass_at_floor`` is the SASS instruction
+    stack frame, and ``floor - 1``, tried by the bisection, does not
+    (``registers_below``, ``spill_below`` and ``stack_below`` are what it
+    took: more registers than asked where ptxas will not take fewer, or
+    spill and stack bytes; all 0 when ``floor`` is FLOOR_LOW). ``sass_at_floor`` is the SASS instruction
     count at ``floor``. Deterministic for a given toolchain; ``outline`` as
     in :func:`measure`. Raises ValueError for a kernel :data:`KERNELS` does
     not have, RuntimeError if the kernel spills with no cap.
@@ -291,12 +291,8 @@ def register_floor(op, k, cc=(9, 0), outline=None):
         return _fits(at[n], n)
 
     floor = lowest_fitting(fits, FLOOR_LOW, plain.registers)
-    below = None
-    if floor > FLOOR_LOW:
-        below = at[floor - 1] if floor - 1 in at else aot.assemble(ptx, cc, floor - 1)
-        if _fits(below, floor - 1):
-            raise RuntimeError(f"{op}:{k}: ptxas fits {floor - 1} registers but not some more "
-                               f"(not monotonic); {floor} found by bisection")
+    # Above FLOOR_LOW, the bisection ended by finding floor - 1 too few.
+    below = at[floor - 1] if floor > FLOOR_LOW else None
     return {"registers": plain.registers, "floor": floor,
             "sass_instructions": plain.sass_instructions,
             "sass_at_floor": at[floor].sass_instructions,
