@@ -26,7 +26,7 @@ from . import warp
 from ._meta import (_acquire_and, _acquire_cas, _at, _fold, _load, _note_fold, _opaque,
                     _lo32, _pages_changed, _pcount, _popc32, _pshift, _release_add,
                     _release_exch, _release_or, _store, _tie, _warp_number)
-from .index import _index_clear, _index_find, _index_set
+from .index import _index_clear, _index_find, _index_set, _words_above
 from .pages import _repair
 
 #: Lost ``cas`` on one slab's state word before ``_reserve`` passes it over
@@ -89,6 +89,18 @@ def _scatter(spread, n):
     # scaling is the high half of h * n.
     h = uint32(uint64(spread) * uint64(0x9E3779B1))
     return uint32((uint64(h) * uint64(n)) >> 32)
+
+
+@cuda.jit(device=True)
+def _start_word(npages, anchor):
+    """Return the level-0 index word at which the warp's index passes start.
+
+    The warp number scattered over the index's words (:func:`_scatter`), so
+    that leaders searching at once start far apart instead of all at word 0;
+    0 for warp 0 and for any heap of up to 32 pages (one word). No memory
+    access; ``anchor`` ties the warp number's read to the caller's loop.
+    """
+    return _scatter(_warp_number(anchor), _words_above(uint32(npages)))
 
 
 @cuda.jit(device=True)
@@ -364,6 +376,9 @@ _RECHECK = 0x200
 _BUSY = 0x400
 _LAST = 0x800  # the free pages gave nothing: the last look at the room index
 _FLOOR = 0x1000  # the free pass goes on above the held page
+_WRAP = 0x2000  # the pass has wrapped: from word 0 up to the start word
+_HELD_WRAP_SHIFT = 18  # _WRAP << 18 is bit 31 of held (pages + 1 < 2**25)
+_HELD_PAGE = 0x7FFFFFFF
 _HINT_SHIFT = 16  # the hint's metadata index (< 2**16: HEADER_WORDS)
 
 
@@ -469,13 +484,18 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
     """Return a grant of class ``c`` from the page index, or 0 (``_find``'s rest).
 
     Candidates, in order: the slabs of class ``c`` that may have room (the
-    room index, lowest first; one that cannot serve is taken out of it,
-    :func:`_room_drop`); the free pages (the free-page index, lowest first;
+    room index; one that cannot serve is taken out of it,
+    :func:`_room_drop`); the free pages (the free-page index;
     a stale entry is repaired, :func:`pages._repair`, unless it is a slab
     of another class with room, :func:`_has_room`). Before each free page
     it tries, it reads the room index once more, *after* reading that page
     in the free-page index, and then tries the page it read (``held``, not
-    read again); the pass then goes on above that page (``_FLOOR``). A slab
+    read again); the pass then goes on after that page (``_FLOOR``). Each
+    pass over an index starts at the warp's own word (:func:`_start_word`:
+    leaders searching at once start far apart, not all at word 0), takes
+    the lowest candidate first within a word, and wraps around from the
+    last word to word 0 and on up to its start word (``_WRAP``), so a pass
+    sees every word before any NULL. A slab
     another thread took meanwhile for the class is marked in the room index
     before its page leaves the free-page index, so a page read after the
     look could be a second slab for the class (two lone leaders each took
@@ -498,7 +518,7 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
     # the free-page index (else the room index), _RECHECK while the room
     # index is to be read before the next free page, _BUSY when a race was
     # lost this pass, _LAST during the last look, _FLOOR when the free pass
-    # goes on above page p.
+    # goes on above page p, _WRAP once the pass has wrapped to word 0.
     st = uint32(_RECHECK | (_BUSY if busy else 0) | (hint_idx << _HINT_SHIFT))
     w = int32(START)  # the index word to look at next
     bits = uint32(0)  # candidates left in the word before it
@@ -512,7 +532,22 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
         if bits == 0 and w != DONE:
             ps = _pshift(meta)
             base = L.free_tree(npages, ps) if st & _FREE else L.room_tree(npages, c, ps)
+            # The warp's own start word (recomputed, not kept live: registers).
+            s0 = _start_word(npages, int64(st))
+            if w == START:  # a pass starts at the warp's word, not at word 0
+                st = uint32(st & (0xFFFFFFFF ^ _WRAP))
+                if s0 != 0:
+                    w = int32(s0)
             v, x = _index_find(meta, base, npages, w, True)
+            if st & _WRAP:
+                if v >= int32(s0):  # back at the start word: the pass is whole
+                    v = int32(-1)
+            elif v < 0 and s0 != 0:
+                # Nothing from the start word up: on from word 0 to it, so
+                # that a pass sees every word before any NULL.
+                st = uint32((st | _WRAP) & (0xFFFFFFFF ^ _FLOOR))
+                w = int32(0)
+                continue
             w = int32(v) if v >= 0 else int32(DONE)
             bits = uint32(x)
             if st & _FLOOR:  # after the held page p: only the pages above it
@@ -545,21 +580,23 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             # page read after it could be a second page for the class: a
             # leader that took the first between the two looks marked it in
             # the room index before it left the free-page index.
-            p = uint32(held - uint32(1))
-            held = uint32(0)
+            p = uint32(uint32(held & _HELD_PAGE) - uint32(1))
             # The free pass then goes on above p (kept until then), not
             # from its start: p may stay in the free-page index (a slab
             # with room, for its taker to take out), and meeting it again
             # would hold it again.
             w = int32(p >> L.WORD_SHIFT)
-            st = uint32(st | _FLOOR)
+            st = uint32((st & (0xFFFFFFFF ^ _WRAP)) | _FLOOR | (uint32(held >> _HELD_WRAP_SHIFT) & _WRAP))
+            held = uint32(0)
         else:
             low = uint32(bits & uint32(~bits + uint32(1)))
             p = uint32((w << L.WORD_SHIFT) + cuda.ffs(low) - 1)
             if st & _FREE and st & _RECHECK:
                 # About to take free page p: the room index once more
                 # first, then p (held, not read again).
-                held = uint32(p + uint32(1))
+                # (and whether p was met after the pass wrapped, in bit 31:
+                # the pass resumes after p in the same part)
+                held = uint32(uint32(p + uint32(1)) | (uint32(st & _WRAP) << _HELD_WRAP_SHIFT))
                 st = uint32(st ^ (_FREE | _RECHECK))  # both set here
                 w = int32(START)
                 bits = uint32(0)
@@ -571,9 +608,12 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             g = _reserve(meta, npages, int64(p), c, want, prof)
             seen = uint32(seen + 1)
             if g > TRANSIT:
-                # Hint: racy, harmless (any value is range-checked).
-                cuda.atomic.exch(meta, _at(st >> _HINT_SHIFT), int64(p) + 1)
-                _pcount(prof, L.P_HINT_MOVES, 1)
+                # Hint: racy, harmless (any value is range-checked). Written
+                # only when it changes: leaders of one slot that land on the
+                # same page do not queue on the hint's line.
+                if _load(meta, _at(st >> _HINT_SHIFT)) != int64(p) + 1:
+                    cuda.atomic.exch(meta, _at(st >> _HINT_SHIFT), int64(p) + 1)
+                    _pcount(prof, L.P_HINT_MOVES, 1)
                 _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
                 return g
             if g == BUSY:

@@ -184,6 +184,17 @@ EXHAUSTIVE = (
         _t(0, 0, (A, 16), (F, 0)),
         _t(1, 0, (A, 20000), (F, 0)),
     )),
+    # 33 pages, two index words: warp 1's passes start at word 1 (page 32
+    # alone, slab._start_word) and wrap to word 0. Warp 0's one-page large
+    # block takes page 32 (the highest run), then its 16 B takes a slab;
+    # warp 1's 16 B must be served whatever the order: from word 1 up, then
+    # wrapped, it finds warp 0's slab in the room index or page 0 in the
+    # free-page index (or page 32 before the large block, which then takes
+    # page 31).
+    Scenario("wrap_two_words", 33, (
+        _t(0, 0, (A, 9000), (A, 16)),
+        _t(1, 0, (A, 16)),
+    ), no_nulls=True),
     # The adaptive spread: warps of two blocks (two warps) allocate one class
     # on a two-page heap whose spread may widen once; a slab is given up
     # after one lost cas (SLAB_TRIES = 1, so two threads reach it), which
