@@ -377,6 +377,7 @@ _BUSY = 0x400
 _LAST = 0x800  # the free pages gave nothing: the last look at the room index
 _FLOOR = 0x1000  # the free pass goes on above the held page
 _WRAP = 0x2000  # the pass has wrapped: from word 0 up to the start word
+_TOP = 0x4000  # the pass's first look, from the top word
 _HELD_WRAP_SHIFT = 18  # _WRAP << 18 is bit 31 of held (pages + 1 < 2**25)
 _HELD_PAGE = 0x7FFFFFFF
 _HINT_SHIFT = 16  # the hint's metadata index (< 2**16: HEADER_WORDS)
@@ -533,20 +534,28 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             ps = _pshift(meta)
             base = L.free_tree(npages, ps) if st & _FREE else L.room_tree(npages, c, ps)
             # The warp's own start word (recomputed, not kept live: registers).
-            s0 = _start_word(npages, int64(st))
-            if w == START:  # a pass starts at the warp's word, not at word 0
-                st = uint32(st & (0xFFFFFFFF ^ _WRAP))
-                if s0 != 0:
-                    w = int32(s0)
+            s0 = int32(_start_word(npages, int64(st)))
+            # A pass's first look is at the whole tree from its top word
+            # (_TOP), so that an empty index answers with one load; the
+            # wrapped part of a pass starts from the top too.
+            if w == START and not st & _WRAP:
+                st = uint32(st | _TOP)
             v, x = _index_find(meta, base, npages, w, True)
             if st & _WRAP:
-                if v >= int32(s0):  # back at the start word: the pass is whole
+                if v >= s0:  # back at the start word: the pass is whole
                     v = int32(-1)
+            elif st & _TOP:
+                st = uint32(st ^ _TOP)
+                if v >= 0 and v < s0:
+                    # The first candidate is below the start word: first the
+                    # words from the start word up (leaders spread out).
+                    w = s0
+                    continue
             elif v < 0 and s0 != 0:
-                # Nothing from the start word up: on from word 0 to it, so
-                # that a pass sees every word before any NULL.
+                # Nothing from the start word up: the words below it, from
+                # the top, so that a pass sees every word before any NULL.
                 st = uint32((st | _WRAP) & (0xFFFFFFFF ^ _FLOOR))
-                w = int32(0)
+                w = int32(START)
                 continue
             w = int32(v) if v >= 0 else int32(DONE)
             bits = uint32(x)
@@ -572,7 +581,7 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
                     _pcount(prof, L.P_FAILED_FULL, int64(want))  # the lanes left NULL
                     return 0
                 st = uint32((st & (0xFFFFFFFF ^ (_BUSY | _LAST))) | _RECHECK)
-            st = uint32(st ^ _FREE)
+            st = uint32((st ^ _FREE) & (0xFFFFFFFF ^ _WRAP))  # a new pass: from its start word
             w = int32(START)
             if held == 0:
                 continue
@@ -597,7 +606,7 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
                 # (and whether p was met after the pass wrapped, in bit 31:
                 # the pass resumes after p in the same part)
                 held = uint32(uint32(p + uint32(1)) | (uint32(st & _WRAP) << _HELD_WRAP_SHIFT))
-                st = uint32(st ^ (_FREE | _RECHECK))  # both set here
+                st = uint32(st ^ (_FREE | _RECHECK | (st & _WRAP)))  # both set here; a new pass
                 w = int32(START)
                 bits = uint32(0)
                 continue
