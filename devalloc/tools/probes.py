@@ -13,7 +13,11 @@ JSON key ``"code_size"``); with ``--live-registers OP:SITES`` (repeatable, e.g.
 registers per source function (:mod:`devalloc.tools.liveregs`; JSON key
 ``"live_registers"``, keyed ``"OP:SITES"``); with ``--register-floor OP:SITES``
 (repeatable), the fewest registers that kernel fits in without spilling
-(:func:`devalloc.tools.codesize.register_floor`; JSON key ``"register_floor"``). With ``--outline`` (or ``--outline on``) all of
+(:func:`devalloc.tools.codesize.register_floor`; JSON key ``"register_floor"``).
+With ``--contention`` it runs the contention model instead
+(:mod:`devalloc.tools.contention`: W warp leaders in lockstep on the real
+device code, on the simulator; no GPU, no NVVM; ``--leaders``, ``--sizes``,
+``--variants``, ``--waves``, ``--seed``, ``--jobs``). With ``--outline`` (or ``--outline on``) all of
 it is compiled for heaps made with ``outline=True`` (one out-of-line copy of
 each body per kernel, :mod:`devalloc.device.outline`), with ``--outline off``
 for ``outline=False`` (inline at every site), with ``--outline auto`` for
@@ -228,12 +232,25 @@ def main(argv=None):
                         "first --cc; repeatable)")
     p.add_argument("--no-paths", action="store_true",
                    help="skip the walked path lengths (devalloc.tools.paths, sm_90)")
+    p.add_argument("--contention", action="store_true",
+                   help="run the contention model instead (devalloc.tools.contention: warp "
+                        "leaders in lockstep on the device code; the simulator, no GPU or NVVM)")
+    from . import contention
+
+    contention.add_arguments(p.add_argument_group("--contention options"))
     p.add_argument("--outline", nargs="?", const="on", choices=sorted(OUTLINE_FLAG),
                    help="compile for heaps made with outline=True (on, the default of the flag: "
                         "the allocator's bodies out of line, one copy per kernel: "
                         "devalloc.device.outline), outline=False (off: inline at every site) or "
                         "outline='auto' instead of the process default (DEVALLOC_OUTLINE)")
     a = p.parse_args(argv)
+    if a.contention:
+        from numba import config
+
+        if not config.ENABLE_CUDASIM:  # numba was imported for the real target
+            args = list(sys.argv[1:] if argv is None else argv)
+            return contention.ensure_simulator([x for x in args if x != "--contention"])
+        return contention.run(a)
     outline = OUTLINE_FLAG[a.outline] if a.outline else None
     ccs = [(int(c[:-1]), int(c[-1])) for c in a.cc]
     problem = missing()
