@@ -118,6 +118,16 @@ def heap_pages(n, nbytes):
     return -(-n // L.class_blocks(L.size_class(nbytes))) + L.HINT_SLOTS
 
 
+def check_row(variant, nbytes, leaders):
+    """Raise ValueError unless the model can run ``leaders`` slots of ``variant`` at ``nbytes``."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
+    if not 0 < nbytes <= L.MAX_SMALL:
+        raise ValueError(f"{nbytes} B: the model covers slab sizes (1 .. {L.MAX_SMALL} B)")
+    if leaders < 1:
+        raise ValueError(f"{leaders} leaders: one or more")
+
+
 def waves_for(variant, nbytes, grants=GRANTS):
     """Return the warps each slot runs per phase so that it makes ``grants`` grants or more.
 
@@ -287,10 +297,7 @@ class Driver:
         from ..device import core
         from ..testing import machine
 
-        if variant not in VARIANTS:
-            raise ValueError(f"variant {variant!r} is not one of {VARIANTS}")
-        if not 0 < nbytes <= L.MAX_SMALL:
-            raise ValueError(f"{nbytes} B: the model covers slab sizes (1 .. {L.MAX_SMALL} B)")
+        check_row(variant, nbytes, leaders)
         self.variant = variant
         self.nbytes = nbytes
         self.leaders = leaders
@@ -523,8 +530,36 @@ H200 = {
         ("warp", 8192): (0.7446559965610504, 1224.0486450195312, 1.547104001045227),
     },
 }
-#: The model's figure that a cost per round multiplies (per block of the phase).
-MEASURE = "serialized_per_block"
+#: The model's figure that a cost per round multiplies: rounds of the
+#: lockstep machine per block of the phase (its time per block at W slots).
+MEASURE = "rounds_per_block"
+#: Warps the H200 keeps resident: 132 SMs x 64 warps (fewer when registers
+#: bound it: 40 registers a thread, alloc's on sm_90, leave 48 a SM).
+W_GPU = SMS * 64
+
+
+def at_scale(pairs, target=W_GPU):
+    """Return ``(x, slope)``: a per-block figure at ``target`` warps, from ``pairs`` [(W, x)].
+
+    A power law through the two largest W: ``x(W) = x(W2) (W / W2)**slope``.
+    The slope is clamped to [-1, 0]: with no word shared, W slots serve W
+    times as fast (rounds per block as 1 / W, slope -1); with a word every
+    operation serializes on, no faster at all (slope 0). A figure that grows
+    with W is held at its largest W's (not extrapolated 30-fold). One pair:
+    its figure, slope 0.
+    """
+    import math
+
+    pts = sorted(p for p in pairs if p[1] is not None)
+    if not pts:
+        raise ValueError("no figure to scale")
+    w2, x2 = pts[-1]
+    if len(pts) == 1 or x2 <= 0:
+        return x2, 0.0
+    w1, x1 = pts[-2]
+    slope = 0.0 if x1 <= 0 else math.log(x2 / x1) / math.log(w2 / w1)
+    slope = min(0.0, max(-1.0, slope))
+    return x2 * (target / w2) ** slope, slope
 
 
 def predict_ms(x, cost_us, n=ALLOCATIONS, floor_ms=0.0):
@@ -570,15 +605,17 @@ def fit_cost(points, n=ALLOCATIONS, floor=True):
     return math.exp((lo + hi) / 2.0)
 
 
-def calibrate(rows, leaders, variant="thread", phase="warm", measure=MEASURE, floor=True,
-              data=H200):
-    """Fit one cost per round on ``variant``'s alloc and free rows at ``W = leaders``.
+def calibrate(rows, leaders=None, variant="thread", phase="warm", measure=MEASURE,
+              floor=True, data=H200, target=W_GPU):
+    """Fit one cost per round on ``variant``'s alloc and free rows of ``data``.
 
-    Returns ``{"cost_us", "rows": [{bytes, op, x, measured_ms, predicted_ms,
-    ratio}], "worst_factor", "geomean_factor"}``, or None when ``rows``
-    lack a size of ``data`` for that variant. Every other variant's rows of
-    ``data`` are predicted with the same cost too (``"others"``: out of
-    sample).
+    ``leaders``: the rows' figures at that W as they are; None: at
+    ``target`` warps (:func:`at_scale`, from the two largest W of ``rows``).
+    Returns ``{"cost_us", "rows": [{bytes, op, x, slope, measured_ms,
+    predicted_ms, ratio}], "worst_factor", "geomean_factor", "others"}``
+    (``others``: the other variant's rows of ``data`` predicted with the
+    same cost, out of sample), or None when ``rows`` lack a size of
+    ``data`` for ``variant``.
     """
     import math
 
@@ -587,14 +624,15 @@ def calibrate(rows, leaders, variant="thread", phase="warm", measure=MEASURE, fl
         for (dv, b), (floor_ms, alloc_ms, free_ms) in sorted(data["rows"].items()):
             if dv != v:
                 continue
-            r = next((r for r in rows if (r["variant"], r["bytes"], r["leaders"]) ==
-                      (v, b, leaders)), None)
-            if r is None:
+            mine = [r for r in rows if (r["variant"], r["bytes"]) == (v, b)
+                    and (leaders is None or r["leaders"] == leaders)]
+            if not mine:
                 return None
             for op, ms in (("alloc", alloc_ms), ("free", free_ms)):
-                x = r["phases"][f"{phase}_{op}"][measure]
-                out.append({"bytes": b, "op": op, "x": x, "floor_ms": floor_ms,
-                            "measured_ms": ms})
+                pairs = [(r["leaders"], r["phases"][f"{phase}_{op}"][measure]) for r in mine]
+                x, slope = at_scale(pairs, target)
+                out.append({"bytes": b, "op": op, "x": x, "slope": slope,
+                            "floor_ms": floor_ms, "measured_ms": ms})
         return out
 
     pts = points(variant)
@@ -611,13 +649,12 @@ def calibrate(rows, leaders, variant="thread", phase="warm", measure=MEASURE, fl
 
     fill(pts)
     logs = [abs(math.log(p["ratio"])) for p in pts]
-    out = {"variant": variant, "leaders": leaders, "phase": phase, "measure": measure,
-           "floor": floor, "cost_us": cost, "rows": pts,
+    out = {"variant": variant, "leaders": leaders, "target": None if leaders else target,
+           "phase": phase, "measure": measure, "floor": floor, "cost_us": cost, "rows": pts,
            "worst_factor": math.exp(max(logs)),
            "geomean_factor": math.exp(sum(logs) / len(logs))}
-    others = [fill(ps) for v in sorted({v for v, _ in data["rows"]}) if v != variant
-              for ps in [points(v)] if ps]
-    out["others"] = [p for ps in others for p in ps]
+    out["others"] = [p for v in sorted({v for v, _ in data["rows"]}) if v != variant
+                     for ps in [points(v)] if ps for p in fill(ps)]
     return out
 
 
@@ -649,15 +686,17 @@ def table(rows, phase="warm"):
 def calibration_text(cal):
     """Return the text table of one :func:`calibrate` result."""
     where = "floor + " if cal["floor"] else ""
-    lines = [f"calibration on {cal['variant']} rows, W = {cal['leaders']}, {cal['phase']}: "
+    at = (f"W = {cal['leaders']}" if cal["leaders"] else
+          f"scaled from the two largest W to {cal['target']} warps")
+    lines = [f"calibration on {cal['variant']} rows, {at}, {cal['phase']}: "
              f"ms = {where}{cal['measure']} x {H200['allocations']:,} x {cal['cost_us']:.4f} µs "
              f"(worst factor {cal['worst_factor']:.2f}, geometric mean "
              f"{cal['geomean_factor']:.2f}; H200 rows of {H200['source']}, {H200['commit']})",
-             f"{'variant':>7} {'size':>5} {'op':>5} {'x':>9} {'measured ms':>12} "
+             f"{'variant':>7} {'size':>5} {'op':>5} {'x':>9} {'slope':>6} {'measured ms':>12} "
              f"{'predicted ms':>13} {'pred/meas':>9}"]
     for v, ps in ((cal["variant"], cal["rows"]), ("(other)", cal["others"])):
         for p in ps:
-            lines.append(f"{v:>7} {p['bytes']:>5} {p['op']:>5} {p['x']:>9.3f} "
+            lines.append(f"{v:>7} {p['bytes']:>5} {p['op']:>5} {p['x']:>9.5f} {p['slope']:>6.2f} "
                          f"{p['measured_ms']:>12.3f} {p['predicted_ms']:>13.3f} "
                          f"{p['ratio']:>9.2f}")
     return "\n".join(lines)
@@ -713,7 +752,7 @@ def run(a, out=sys.stdout):
               file=sys.stderr, flush=True)
 
     rows = measure(a.variants, a.sizes, a.leaders, a.waves, a.seed, jobs, progress)
-    cals = [c for w in a.leaders for c in [calibrate(rows, w)] if c]
+    cals = [c for w in (None, *a.leaders) for c in [calibrate(rows, w)] if c]
     result = {"model": {"allocations": ALLOCATIONS, "block": BLOCK, "sms": SMS,
                         "seed": a.seed, "grants": GRANTS, "waves": a.waves, "jobs": jobs,
                         "seconds": round(time.perf_counter() - t0, 1)},
