@@ -99,6 +99,10 @@ def test_ratio_and_hottest_words():
 def test_predict_and_fit_one_cost_per_round():
     assert C.predict_ms(2.0, 0.5, n=1000) == 1.0  # 2 rounds x 1000 x 0.5 µs
     assert C.predict_ms(2.0, 0.5, n=1000, floor_ms=0.25) == 1.25
+    # The hottest word's atomics, when they take longer than the rounds:
+    # 0.5 a block x 1000 x 8 µs = 4 ms > 1 ms.
+    assert C.predict_ms(2.0, 0.5, n=1000, hot=0.5, atom_us=8.0) == 4.0
+    assert C.predict_ms(2.0, 0.5, n=1000, hot=0.5, atom_us=1.0) == 1.0
     # Figures made with a cost of 0.3 µs are fitted back to it, floor or not.
     xs = [(0.01, 0.027), (0.5, 0.027), (3.0, 0.03), (40.0, 0.02)]
     pts = [(x, f, C.predict_ms(x, 0.3, floor_ms=f)) for x, f in xs]
@@ -107,8 +111,21 @@ def test_predict_and_fit_one_cost_per_round():
     assert C.fit_cost(pts, floor=False) == pytest.approx(0.3, rel=1e-12)
     # Without the floor: the geometric mean of the ratios (2 and 8: 4).
     assert C.fit_cost([(1.0, 0, 2e-3), (1.0, 0, 8e-3)], n=1, floor=False) == pytest.approx(4.0)
+    # Rows the hottest word bounds do not pull the cost: made with 0.3 µs
+    # and 2 ns a hot atomic, the cost comes back.
+    hot = [(0.01, 0.027, 0.0), (3.0, 0.03, 0.0), (0.001, 0.027, 0.5), (0.002, 0.02, 1.0)]
+    pts = [(x, f, C.predict_ms(x, 0.3, floor_ms=f, hot=h, atom_us=0.002), h)
+           for x, f, h in hot]
+    assert pts[2][2] == pytest.approx(0.027 + 1.0)  # 0.5 x 1e6 x 2 ns: the hot word's
+    assert C.fit_cost(pts, atom_us=0.002) == pytest.approx(0.3, rel=1e-6)
     with pytest.raises(ValueError):
         C.fit_cost([(0.0, 0.027, 1.0)])
+
+
+def test_the_same_word_atomic_is_the_warp_floors_share():
+    # 1 M lone lanes' adds on one word in 0.744 ms: 0.744 ns each.
+    assert C.atomic_us() == pytest.approx(0.7444320023059845e-3)
+    assert C.atomic_us({"allocations": 10, "rows": {("warp", 16): (0.02, 1.0, 1.0)}}) == 2.0
 
 
 def test_figures_scale_to_the_gpus_warps_by_a_power_law_between_flat_and_linear():
@@ -126,11 +143,12 @@ def test_figures_scale_to_the_gpus_warps_by_a_power_law_between_flat_and_linear(
         C.at_scale([])
 
 
-def _fake_row(variant, nbytes, leaders, xa, xf):
-    phase = {C.MEASURE: None}
+def _fake_row(variant, nbytes, leaders, xa, xf, hot=(0, 0)):
+    def phase(x, h):
+        return {C.MEASURE: x, "blocks": 100, "hottest": [["pages_used", h]]}
+
     return {"variant": variant, "bytes": nbytes, "leaders": leaders,
-            "phases": {"warm_alloc": dict(phase, **{C.MEASURE: xa}),
-                       "warm_free": dict(phase, **{C.MEASURE: xf})}}
+            "phases": {"warm_alloc": phase(xa, hot[0]), "warm_free": phase(xf, hot[1])}}
 
 
 def test_calibrate_predicts_every_row_of_the_h200_with_one_cost():
@@ -160,6 +178,21 @@ def test_calibrate_predicts_every_row_of_the_h200_with_one_cost():
     assert cal["leaders"] is None and cal["target"] == 32
     # The warp row has one W: its figures as they are.
     assert [(p["x"], p["slope"]) for p in cal["others"]] == [(6.0, 0.0), (12.0, 0.0)]
+    # The hottest word: 30 atomics per 100 blocks at 20 µs each (the warp
+    # floor's 0.2 ms / 10 allocations) is 0.06 ms for the 16 B free, longer
+    # than its rounds' 1 x 10 x 0.5 µs: it is that row's figure, and the
+    # other rows (x * 10 * 0.5 µs exactly) fit 0.5 µs.
+    data["allocations"] = 10
+    data["rows"][("warp", 16)] = (0.2, 3.0, 3.0)
+    data["rows"][("thread", 16)] = (0.0, 2.0, 0.06)
+    rows = [_fake_row("thread", 16, 8, 400.0, 1.0, hot=(0, 30)),
+            _fake_row("thread", 256, 8, 1600.0, 200.0)]
+    cal = C.calibrate(rows, 8, data=data, floor=False)
+    assert cal["atomic_us"] == pytest.approx(20.0) and cal["cost_us"] == pytest.approx(0.5)
+    free16 = cal["rows"][1]
+    assert free16["hot"] == 0.3 and free16["predicted_ms"] == pytest.approx(0.06)
+    assert cal["worst_factor"] == pytest.approx(1.0)
+    assert C.calibrate(rows, 8, data=data, floor=False, hot=False)["rows"][1]["hot"] == 0.0
 
 
 def test_the_h200_rows_are_those_of_the_stored_results():

@@ -341,7 +341,7 @@ class Driver:
         return [(lambda g=g: groups.free_word_group(self, _current(), g)) for g in word_groups]
 
     def phase(self, kind):
-        """Run one phase (``"alloc"`` or ``"free"``) of every slot's ``waves`` warps; its figures."""
+        """Run one phase (``"alloc"`` or ``"free"``) of each slot's ``waves`` warps; its figures."""
         import greenlet
 
         from ..testing import machine
@@ -562,41 +562,62 @@ def at_scale(pairs, target=W_GPU):
     return x2 * (target / w2) ** slope, slope
 
 
-def predict_ms(x, cost_us, n=ALLOCATIONS, floor_ms=0.0):
-    """Return the predicted milliseconds of ``n`` operations costing ``x`` rounds each.
+def atomic_us(data=None):
+    """Return the µs one atomic on a word every thread hits costs, from ``data``'s warp floor.
 
-    ``floor_ms + x * n * cost_us / 1000``: the launch as the floor kernel
-    times it (one atomic per thread, same shape), plus ``x`` rounds of
-    ``cost_us`` microseconds per operation.
+    The warp-based floor kernel: lane 0 of each of ``allocations`` warps
+    adds to one counter (nothing for the compiler to merge within a warp),
+    so its time over ``allocations`` is one same-word atomic's share of
+    L2's throughput (0.74 ns on the H200). Measured, not fitted.
     """
-    return floor_ms + x * n * cost_us / 1000.0
+    data = H200 if data is None else data
+    floor_ms = data["rows"][("warp", 16)][0]
+    return floor_ms * 1000.0 / data["allocations"]
 
 
-def fit_cost(points, n=ALLOCATIONS, floor=True):
-    """Return the cost per round (µs) that best predicts ``points`` [(x, floor_ms, ms)].
+def predict_ms(x, cost_us, n=ALLOCATIONS, floor_ms=0.0, hot=0.0, atom_us=0.0):
+    """Return the predicted milliseconds of ``n`` operations.
 
-    Least squares on the logarithms (each row's error is a factor, so the
-    0.03 ms rows count as much as the 900 ms ones): without the floor, the
-    geometric mean of ``ms / (x n)``; with it, a golden-section search on
-    log(cost) (the error is convex in it there). Rows with ``x == 0`` are
-    left out.
+    ``floor_ms`` (the launch, as the floor kernel times it: one atomic per
+    thread, same shape) plus the larger of ``x`` rounds of ``cost_us`` per
+    operation (the latency of the leaders' dependent accesses) and ``hot``
+    atomics on the hottest word per operation at ``atom_us`` each (its
+    throughput: every operation's atomic there waits for the others').
+    """
+    return floor_ms + n * max(x * cost_us, hot * atom_us) / 1000.0
+
+
+def fit_cost(points, n=ALLOCATIONS, floor=True, atom_us=0.0):
+    """Return the cost per round (µs) that best predicts ``points``.
+
+    ``points``: ``(x, floor_ms, ms)`` or ``(x, floor_ms, ms, hot)`` (see
+    :func:`predict_ms`). Least squares on the logarithms (each row's error
+    is a factor, so the 0.03 ms rows count as much as the 900 ms ones):
+    without floor or hot words, the geometric mean of ``ms / (x n)``; else
+    a grid over log(cost), refined by golden-section search around its
+    best point. Rows with ``x == 0`` are left out.
     """
     import math
 
-    pts = [(x, f if floor else 0.0, ms) for x, f, ms in points if x > 0 and ms > 0]
+    pts = [(p[0], p[1] if floor else 0.0, p[2], p[3] if len(p) > 3 else 0.0)
+           for p in points if p[0] > 0 and p[2] > 0]
     if not pts:
         raise ValueError("no row with a figure to fit")
+    guesses = [math.log(ms * 1000.0 / (x * n)) for x, _, ms, _ in pts]
+    if not floor and not any(h for *_, h in pts):
+        return math.exp(sum(guesses) / len(guesses))
 
     def err(logc):
         c = math.exp(logc)
-        return sum((math.log(predict_ms(x, c, n, f)) - math.log(ms)) ** 2 for x, f, ms in pts)
+        return sum((math.log(predict_ms(x, c, n, f, h, atom_us)) - math.log(ms)) ** 2
+                   for x, f, ms, h in pts)
 
-    guesses = [math.log(ms * 1000.0 / (x * n)) for x, _, ms in pts]
-    if not floor:
-        return math.exp(sum(guesses) / len(guesses))
     lo, hi = min(guesses) - 5.0, max(guesses) + 5.0
+    grid = [lo + (hi - lo) * k / 400 for k in range(401)]
+    k = min(range(len(grid)), key=lambda k: err(grid[k]))
+    lo, hi = grid[max(k - 1, 0)], grid[min(k + 1, len(grid) - 1)]
     g = (math.sqrt(5.0) - 1.0) / 2.0
-    for _ in range(200):
+    for _ in range(100):
         a, b = hi - g * (hi - lo), lo + g * (hi - lo)
         if err(a) <= err(b):
             hi = b
@@ -605,33 +626,54 @@ def fit_cost(points, n=ALLOCATIONS, floor=True):
     return math.exp((lo + hi) / 2.0)
 
 
+def calibrations(rows, data=None):
+    """Return the calibrations of ``rows``: the model's (scaled to the GPU's
+    warps, with the hottest word's throughput), then the plain one at each W
+    (its rounds per block as they are, one cost per round and nothing else)."""
+    ws = sorted({r["leaders"] for r in rows})
+    out = [calibrate(rows, None, hot=True, data=data)]
+    out += [calibrate(rows, w, hot=False, data=data) for w in ws]
+    return [c for c in out if c]
+
+
 def calibrate(rows, leaders=None, variant="thread", phase="warm", measure=MEASURE,
-              floor=True, data=H200, target=W_GPU):
-    """Fit one cost per round on ``variant``'s alloc and free rows of ``data``.
+              floor=True, hot=True, data=None, target=W_GPU):
+    """Fit one cost per round on ``variant``'s alloc and free rows of ``data`` (the H200's).
 
     ``leaders``: the rows' figures at that W as they are; None: at
     ``target`` warps (:func:`at_scale`, from the two largest W of ``rows``).
-    Returns ``{"cost_us", "rows": [{bytes, op, x, slope, measured_ms,
-    predicted_ms, ratio}], "worst_factor", "geomean_factor", "others"}``
-    (``others``: the other variant's rows of ``data`` predicted with the
-    same cost, out of sample), or None when ``rows`` lack a size of
-    ``data`` for ``variant``.
+    ``hot``: each operation also waits for its share of the hottest word's
+    atomics at the same-word rate of ``data``'s warp floor
+    (:func:`atomic_us`, measured), whichever is longer (:func:`predict_ms`);
+    the hottest word's atomics per block are those of the largest W.
+    Returns ``{"cost_us", "atomic_us", "rows": [{bytes, op, x, slope, hot,
+    floor_ms, measured_ms, predicted_ms, ratio}], "worst_factor",
+    "geomean_factor", "others"}`` (``others``: the other variant's rows of
+    ``data`` predicted with the same cost, out of sample), or None when
+    ``rows`` lack a size of ``data`` for ``variant``.
     """
     import math
+
+    data = H200 if data is None else data
+    atom = atomic_us(data) if hot else 0.0
 
     def points(v):
         out = []
         for (dv, b), (floor_ms, alloc_ms, free_ms) in sorted(data["rows"].items()):
             if dv != v:
                 continue
-            mine = [r for r in rows if (r["variant"], r["bytes"]) == (v, b)
-                    and (leaders is None or r["leaders"] == leaders)]
+            mine = sorted((r for r in rows if (r["variant"], r["bytes"]) == (v, b)
+                           and (leaders is None or r["leaders"] == leaders)),
+                          key=lambda r: r["leaders"])
             if not mine:
                 return None
             for op, ms in (("alloc", alloc_ms), ("free", free_ms)):
-                pairs = [(r["leaders"], r["phases"][f"{phase}_{op}"][measure]) for r in mine]
-                x, slope = at_scale(pairs, target)
-                out.append({"bytes": b, "op": op, "x": x, "slope": slope,
+                figures = [r["phases"][f"{phase}_{op}"] for r in mine]
+                x, slope = at_scale([(r["leaders"], f[measure]) for r, f in zip(mine, figures)],
+                                    target)
+                top = figures[-1]
+                h = top["hottest"][0][1] / top["blocks"] if hot and top["hottest"] else 0.0
+                out.append({"bytes": b, "op": op, "x": x, "slope": slope, "hot": h,
                             "floor_ms": floor_ms, "measured_ms": ms})
         return out
 
@@ -639,18 +681,21 @@ def calibrate(rows, leaders=None, variant="thread", phase="warm", measure=MEASUR
     if not pts:
         return None
     n = data["allocations"]
-    cost = fit_cost([(p["x"], p["floor_ms"], p["measured_ms"]) for p in pts], n, floor)
+    cost = fit_cost([(p["x"], p["floor_ms"], p["measured_ms"], p["hot"]) for p in pts], n,
+                    floor, atom)
 
     def fill(ps):
         for p in ps:
-            p["predicted_ms"] = predict_ms(p["x"], cost, n, p["floor_ms"] if floor else 0.0)
+            p["predicted_ms"] = predict_ms(p["x"], cost, n, p["floor_ms"] if floor else 0.0,
+                                           p["hot"], atom)
             p["ratio"] = p["predicted_ms"] / p["measured_ms"]
         return ps
 
     fill(pts)
     logs = [abs(math.log(p["ratio"])) for p in pts]
     out = {"variant": variant, "leaders": leaders, "target": None if leaders else target,
-           "phase": phase, "measure": measure, "floor": floor, "cost_us": cost, "rows": pts,
+           "phase": phase, "measure": measure, "floor": floor, "hot": hot,
+           "cost_us": cost, "atomic_us": atom, "rows": pts,
            "worst_factor": math.exp(max(logs)),
            "geomean_factor": math.exp(sum(logs) / len(logs))}
     out["others"] = [p for v in sorted({v for v, _ in data["rows"]}) if v != variant
@@ -683,22 +728,66 @@ def table(rows, phase="warm"):
     return "\n".join(lines)
 
 
+def formula(cal):
+    """Return one line saying what a :func:`calibrate` result predicts with, and how well."""
+    n = f"{H200['allocations']:,}"
+    at = (f"its rounds per block at W = {cal['leaders']}" if cal["leaders"] else
+          f"its rounds per block scaled to {cal['target']:,} warps (from the two largest W)")
+    term = f"{'floor + ' if cal['floor'] else ''}{n} x "
+    if cal["hot"]:
+        term += (f"max(rounds/block x {cal['cost_us']:.4f} µs, hottest-word atomics/block x "
+                 f"{cal['atomic_us'] * 1000:.3f} ns)")
+    else:
+        term += f"rounds/block x {cal['cost_us']:.4f} µs"
+    return (f"{cal['variant']} rows, {cal['phase']}, {at}: ms = {term}; worst factor "
+            f"{cal['worst_factor']:.2f}, geometric mean {cal['geomean_factor']:.2f}")
+
+
 def calibration_text(cal):
     """Return the text table of one :func:`calibrate` result."""
-    where = "floor + " if cal["floor"] else ""
-    at = (f"W = {cal['leaders']}" if cal["leaders"] else
-          f"scaled from the two largest W to {cal['target']} warps")
-    lines = [f"calibration on {cal['variant']} rows, {at}, {cal['phase']}: "
-             f"ms = {where}{cal['measure']} x {H200['allocations']:,} x {cal['cost_us']:.4f} µs "
-             f"(worst factor {cal['worst_factor']:.2f}, geometric mean "
-             f"{cal['geomean_factor']:.2f}; H200 rows of {H200['source']}, {H200['commit']})",
-             f"{'variant':>7} {'size':>5} {'op':>5} {'x':>9} {'slope':>6} {'measured ms':>12} "
-             f"{'predicted ms':>13} {'pred/meas':>9}"]
+    lines = [f"calibration ({H200['source']}, {H200['commit']}): {formula(cal)}",
+             f"{'variant':>7} {'size':>5} {'op':>5} {'rounds/blk':>10} {'slope':>6} "
+             f"{'hot/blk':>8} {'measured ms':>12} {'predicted ms':>13} {'pred/meas':>9}"]
     for v, ps in ((cal["variant"], cal["rows"]), ("(other)", cal["others"])):
         for p in ps:
-            lines.append(f"{v:>7} {p['bytes']:>5} {p['op']:>5} {p['x']:>9.5f} {p['slope']:>6.2f} "
-                         f"{p['measured_ms']:>12.3f} {p['predicted_ms']:>13.3f} "
-                         f"{p['ratio']:>9.2f}")
+            lines.append(f"{v:>7} {p['bytes']:>5} {p['op']:>5} {p['x']:>10.5f} "
+                         f"{p['slope']:>6.2f} {p['hot']:>8.4f} {p['measured_ms']:>12.3f} "
+                         f"{p['predicted_ms']:>13.3f} {p['ratio']:>9.2f}")
+    return "\n".join(lines)
+
+
+def markdown(result, phase="warm"):
+    """Return Markdown tables of a run's ``result`` (as ``--json`` prints it).
+
+    One row per (variant, size, W): ``phase``'s alloc (rounds per grant,
+    ``cas`` per success, serialized atomics and rounds per block, the three
+    hottest words) and free figures; then the calibrations of its rows
+    (:func:`calibrations`, computed again: the H200's figures are data here).
+    """
+    lines = ["| variant | size | W | waves | rounds/grant | cas/ok (all) | cas/ok (reserve) "
+             "| ser. atomics/alloc | rounds/alloc | ser. atomics/free | rounds/free | NULLs "
+             "| hottest words (alloc: atomics) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in result["rows"]:
+        a = r["phases"][f"{phase}_alloc"]
+        f = r["phases"][f"{phase}_free"]
+        hot = ", ".join(f"`{name}` {n}" for name, n in a["hottest"][:3])
+        lines.append(
+            f"| {r['variant']} | {r['bytes']} | {r['leaders']} | {r['waves']} "
+            f"| {_f(a['rounds_per_grant'], 1)} | {_f(a['cas_per_success'])} "
+            f"| {_f(a['reserve_cas_per_success'])} | {_f(a['serialized_per_block'], 3)} "
+            f"| {_f(a['rounds_per_block'], 4)} | {_f(f['serialized_per_block'], 3)} "
+            f"| {_f(f['rounds_per_block'], 4)} | {a['nulls']} | {hot} |")
+    for cal in calibrations(result["rows"]):
+        lines += ["", f"Calibration: {formula(cal)}.", "",
+                  "| variant | size | op | rounds/block | slope | hot atomics/block | H200 ms "
+                  "| predicted ms | predicted ÷ H200 |",
+                  "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+        for p in cal["rows"] + cal["others"]:
+            v = cal["variant"] if p in cal["rows"] else f"{p.get('variant', 'warp')} (not fitted)"
+            lines.append(f"| {v} | {p['bytes']} | {p['op']} | {p['x']:.5f} | {p['slope']:.2f} "
+                         f"| {p['hot']:.4f} | {p['measured_ms']:.3f} | {p['predicted_ms']:.3f} "
+                         f"| {p['ratio']:.2f} |")
     return "\n".join(lines)
 
 
@@ -752,7 +841,7 @@ def run(a, out=sys.stdout):
               file=sys.stderr, flush=True)
 
     rows = measure(a.variants, a.sizes, a.leaders, a.waves, a.seed, jobs, progress)
-    cals = [c for w in (None, *a.leaders) for c in [calibrate(rows, w)] if c]
+    cals = calibrations(rows)
     result = {"model": {"allocations": ALLOCATIONS, "block": BLOCK, "sms": SMS,
                         "seed": a.seed, "grants": GRANTS, "waves": a.waves, "jobs": jobs,
                         "seconds": round(time.perf_counter() - t0, 1)},
@@ -799,7 +888,17 @@ def main(argv=None):
                                 description=__doc__.split("\n")[0])
     add_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    return run(p.parse_args(argv))
+    p.add_argument("--markdown", metavar="FILE",
+                   help="print the Markdown tables of FILE (what an earlier --json run "
+                        "printed) instead of running")
+    a = p.parse_args(argv)
+    if a.markdown:
+        import json
+
+        with open(a.markdown) as f:
+            print(markdown(json.load(f)))
+        return 0
+    return run(a)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,7 @@ JSON key ``"code_size"``); with ``--live-registers OP:SITES`` (repeatable, e.g.
 registers per source function (:mod:`devalloc.tools.liveregs`; JSON key
 ``"live_registers"``, keyed ``"OP:SITES"``); with ``--register-floor OP:SITES``
 (repeatable), the fewest registers that kernel fits in without spilling
-(:func:`devalloc.tools.codesize.register_floor`; JSON key ``"register_floor"``).
-With ``--contention`` it runs the contention model instead
-(:mod:`devalloc.tools.contention`: W warp leaders in lockstep on the real
-device code, on the simulator; no GPU, no NVVM; ``--leaders``, ``--sizes``,
-``--variants``, ``--waves``, ``--seed``, ``--jobs``). With ``--outline`` (or ``--outline on``) all of
+(:func:`devalloc.tools.codesize.register_floor`; JSON key ``"register_floor"``). With ``--outline`` (or ``--outline on``) all of
 it is compiled for heaps made with ``outline=True`` (one out-of-line copy of
 each body per kernel, :mod:`devalloc.device.outline`), with ``--outline off``
 for ``outline=False`` (inline at every site), with ``--outline auto`` for
@@ -28,6 +24,13 @@ Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset), and
 needs NVVM, ``ptxas`` and ``nvdisasm``: the test extra
 (``pip install 'devalloc[test]'``). Without them it says which one is
 missing, in one line, and exits 3.
+
+``python -m devalloc.probes --contention [--leaders 32,64,128,256] [--sizes
+16,256,4096,8192] [--variants thread,warp] [--waves N] [--seed S] [--jobs N]
+[--json]`` runs the contention model instead (:mod:`devalloc.tools.contention`,
+issue 49: W warp leaders in lockstep on the real device code): the
+simulator's device modules only, no GPU, no NVVM (it sets, or re-runs
+itself with, ``NUMBA_ENABLE_CUDASIM=1``).
 """
 
 import argparse
