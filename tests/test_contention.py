@@ -297,7 +297,7 @@ def test_probes_contention_json_runs_on_the_simulator_without_being_told():
              "--jobs", "1", "--json")
     assert p.returncode == 0, p.stderr[-3000:]
     out = json.loads(p.stdout)
-    assert set(out) == {"model", "rows", "calibration"}
+    assert set(out) == {"model", "rows", "calibration", "targets"}
     assert out["model"]["seed"] == 2 and out["model"]["allocations"] == 1_000_000
     assert [(r["variant"], r["bytes"], r["leaders"]) for r in out["rows"]] == [
         ("warp", 16, 2), ("warp", 16, 4), ("warp", 256, 2), ("warp", 256, 4)]
@@ -317,3 +317,21 @@ def test_probes_contention_refuses_bad_lists():
     assert p.returncode == 2 and "positive" in p.stderr
     p = _cli("--variants", "lane")
     assert p.returncode == 2 and "variants" in p.stderr
+
+
+def test_targets_say_whether_issue_49s_figures_are_met():
+    def row(v, b, w, cas, ser):
+        return {"variant": v, "bytes": b, "leaders": w,
+                "phases": {"warm_alloc": {"cas_per_success": cas, "serialized_per_block": ser}}}
+
+    rows = [row("warp", 16, 32, 1.0, 2.0), row("warp", 16, 128, 2.0, 4.0),
+            row("thread", 256, 32, 1.5, 1.0), row("thread", 256, 128, 2.5, 2.5),
+            row("thread", 16, 128, 1.2, 0.5)]
+    assert C.targets(rows) == [
+        {"variant": "thread", "bytes": 16, "cas_per_success": 1.2, "cas_ok": True,
+         "growth": None, "growth_ok": None},
+        {"variant": "thread", "bytes": 256, "cas_per_success": 2.5, "cas_ok": False,
+         "growth": 2.5, "growth_ok": False},
+        {"variant": "warp", "bytes": 16, "cas_per_success": 2.0, "cas_ok": True,
+         "growth": 2.0, "growth_ok": True},
+    ]

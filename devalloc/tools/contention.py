@@ -703,6 +703,40 @@ def calibrate(rows, leaders=None, variant="thread", phase="warm", measure=MEASUR
     return out
 
 
+# ------------------------------------------------------------ targets
+
+#: Issue 49's targets, in this model (W = 128, warm iteration): ``cas``
+#: attempts per success at most 2 at every size and variant; serialized
+#: atomics per allocation at W = 128 at most 2x those at W = 32 (4x the
+#: work: flat means no hot word).
+TARGET_W = 128
+TARGET_BASE_W = 32
+TARGET_CAS = 2.0
+TARGET_GROWTH = 2.0
+
+
+def targets(rows, phase="warm"):
+    """Return, per (variant, size), issue 49's two figures and whether each is met.
+
+    ``[{variant, bytes, cas_per_success, cas_ok, growth, growth_ok}]``:
+    ``phase``'s alloc ``cas`` per success at W = TARGET_W, and its serialized
+    atomics per allocation at TARGET_W over those at TARGET_BASE_W (None
+    when a W is missing).
+    """
+    at = {(r["variant"], r["bytes"], r["leaders"]): r["phases"][f"{phase}_alloc"] for r in rows}
+    out = []
+    for v, b in sorted({(v, b) for v, b, _ in at}, key=lambda k: (VARIANTS.index(k[0]), k[1])):
+        hi, lo = at.get((v, b, TARGET_W)), at.get((v, b, TARGET_BASE_W))
+        cas = hi["cas_per_success"] if hi else None
+        growth = (ratio(hi["serialized_per_block"], lo["serialized_per_block"])
+                  if hi and lo else None)
+        out.append({"variant": v, "bytes": b, "cas_per_success": cas,
+                    "cas_ok": None if cas is None else cas <= TARGET_CAS,
+                    "growth": growth,
+                    "growth_ok": None if growth is None else growth <= TARGET_GROWTH})
+    return out
+
+
 # ------------------------------------------------------------ report
 
 def _f(x, digits=2):
@@ -778,6 +812,15 @@ def markdown(result, phase="warm"):
             f"| {_f(a['reserve_cas_per_success'])} | {_f(a['serialized_per_block'], 3)} "
             f"| {_f(a['rounds_per_block'], 4)} | {_f(f['serialized_per_block'], 3)} "
             f"| {_f(f['rounds_per_block'], 4)} | {a['nulls']} | {hot} |")
+    lines += ["", f"Issue 49's targets (W = {TARGET_W}, {phase}): `cas` per success <= "
+              f"{TARGET_CAS:g}; serialized atomics per allocation at W = {TARGET_W} <= "
+              f"{TARGET_GROWTH:g}x those at W = {TARGET_BASE_W}.", "",
+              f"| variant | size | cas/ok at W = {TARGET_W} | met | ser. atomics "
+              f"W = {TARGET_W} ÷ W = {TARGET_BASE_W} | met |", "|---|---:|---:|---|---:|---|"]
+    for t in targets(result["rows"], phase):
+        lines.append(f"| {t['variant']} | {t['bytes']} | {_f(t['cas_per_success'])} "
+                     f"| {'yes' if t['cas_ok'] else 'no'} | {_f(t['growth'])} "
+                     f"| {'yes' if t['growth_ok'] else 'no'} |")
     for cal in calibrations(result["rows"]):
         lines += ["", f"Calibration: {formula(cal)}.", "",
                   "| variant | size | op | rounds/block | slope | hot atomics/block | H200 ms "
@@ -842,7 +885,7 @@ def run(a, out=sys.stdout):
 
     rows = measure(a.variants, a.sizes, a.leaders, a.waves, a.seed, jobs, progress)
     cals = calibrations(rows)
-    result = {"model": {"allocations": ALLOCATIONS, "block": BLOCK, "sms": SMS,
+    result = {"targets": targets(rows), "model": {"allocations": ALLOCATIONS, "block": BLOCK, "sms": SMS,
                         "seed": a.seed, "grants": GRANTS, "waves": a.waves, "jobs": jobs,
                         "seconds": round(time.perf_counter() - t0, 1)},
               "rows": rows, "calibration": cals}
@@ -851,6 +894,13 @@ def run(a, out=sys.stdout):
         print(file=out)
         return 0
     print(table(rows), file=out)
+    print(f"\nissue 49's targets (W = {TARGET_W}, warm): cas/ok <= {TARGET_CAS}, serialized "
+          f"atomics per alloc at W = {TARGET_W} <= {TARGET_GROWTH}x W = {TARGET_BASE_W}'s",
+          file=out)
+    for t in targets(rows):
+        print(f"{t['variant']:>7} {t['bytes']:>5}  cas/ok {_f(t['cas_per_success'])} "
+              f"({'met' if t['cas_ok'] else 'not met'})  growth {_f(t['growth'])} "
+              f"({'met' if t['growth_ok'] else 'not met'})", file=out)
     for c in cals:
         print(file=out)
         print(calibration_text(c), file=out)
