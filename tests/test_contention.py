@@ -167,6 +167,10 @@ def test_calibrate_predicts_every_row_of_the_h200_with_one_cost():
     # The warp row, out of sample: 6 x 1000 x 0.5 µs = 3 ms (measured 3: 1.0),
     # 12 x 0.5 = 6 ms against 3 (2.0).
     assert [round(p["ratio"], 6) for p in cal["others"]] == [1.0, 2.0]
+    # A cost given is used, not fitted: every prediction doubles.
+    given = C.calibrate(rows, 8, data=data, cost=1.0)
+    assert not given["fitted"] and cal["fitted"]
+    assert [p["ratio"] for p in given["rows"]] == pytest.approx([2.0] * 4)
     assert C.calibrate(rows, 16, data=data) is None  # no row at W = 16
     assert C.calibrate(rows[:1], 8, data=data) is None  # a size missing
     # Scaled to 32 warps from W = 8 and 16: the alloc figures flat, the

@@ -626,18 +626,27 @@ def fit_cost(points, n=ALLOCATIONS, floor=True, atom_us=0.0):
     return math.exp((lo + hi) / 2.0)
 
 
-def calibrations(rows, data=None):
+def calibrations(rows, data=None, fit_rows=None):
     """Return the calibrations of ``rows``: the model's (scaled to the GPU's
     warps, with the hottest word's throughput), then the plain one at each W
-    (its rounds per block as they are, one cost per round and nothing else)."""
+    (its rounds per block as they are, one cost per round and nothing else).
+
+    ``fit_rows``: fit the model's cost on these rows (the model's figures of
+    the code the H200 measured) and predict ``rows`` with it, first.
+    """
     ws = sorted({r["leaders"] for r in rows})
-    out = [calibrate(rows, None, hot=True, data=data)]
+    out = []
+    if fit_rows is not None:
+        fit = calibrate(fit_rows, None, hot=True, data=data)
+        if fit:
+            out.append(calibrate(rows, None, hot=True, data=data, cost=fit["cost_us"]))
+    out += [calibrate(rows, None, hot=True, data=data)]
     out += [calibrate(rows, w, hot=False, data=data) for w in ws]
     return [c for c in out if c]
 
 
 def calibrate(rows, leaders=None, variant="thread", phase="warm", measure=MEASURE,
-              floor=True, hot=True, data=None, target=W_GPU):
+              floor=True, hot=True, data=None, target=W_GPU, cost=None):
     """Fit one cost per round on ``variant``'s alloc and free rows of ``data`` (the H200's).
 
     ``leaders``: the rows' figures at that W as they are; None: at
@@ -650,7 +659,9 @@ def calibrate(rows, leaders=None, variant="thread", phase="warm", measure=MEASUR
     floor_ms, measured_ms, predicted_ms, ratio}], "worst_factor",
     "geomean_factor", "others"}`` (``others``: the other variant's rows of
     ``data`` predicted with the same cost, out of sample), or None when
-    ``rows`` lack a size of ``data`` for ``variant``.
+    ``rows`` lack a size of ``data`` for ``variant``. ``cost``: predict
+    with that cost per round instead of fitting one (``"fitted": False``),
+    e.g. one fitted on the model's figures of the code ``data`` measured.
     """
     import math
 
@@ -681,8 +692,10 @@ def calibrate(rows, leaders=None, variant="thread", phase="warm", measure=MEASUR
     if not pts:
         return None
     n = data["allocations"]
-    cost = fit_cost([(p["x"], p["floor_ms"], p["measured_ms"], p["hot"]) for p in pts], n,
-                    floor, atom)
+    fitted = cost is None
+    if fitted:
+        cost = fit_cost([(p["x"], p["floor_ms"], p["measured_ms"], p["hot"]) for p in pts], n,
+                        floor, atom)
 
     def fill(ps):
         for p in ps:
@@ -695,7 +708,7 @@ def calibrate(rows, leaders=None, variant="thread", phase="warm", measure=MEASUR
     logs = [abs(math.log(p["ratio"])) for p in pts]
     out = {"variant": variant, "leaders": leaders, "target": None if leaders else target,
            "phase": phase, "measure": measure, "floor": floor, "hot": hot,
-           "cost_us": cost, "atomic_us": atom, "rows": pts,
+           "cost_us": cost, "fitted": fitted, "atomic_us": atom, "rows": pts,
            "worst_factor": math.exp(max(logs)),
            "geomean_factor": math.exp(sum(logs) / len(logs))}
     out["others"] = [p for v in sorted({v for v, _ in data["rows"]}) if v != variant
@@ -773,7 +786,8 @@ def formula(cal):
                  f"{cal['atomic_us'] * 1000:.3f} ns)")
     else:
         term += f"rounds/block x {cal['cost_us']:.4f} µs"
-    return (f"{cal['variant']} rows, {cal['phase']}, {at}: ms = {term}; worst factor "
+    how = "fitted here" if cal.get("fitted", True) else "the cost given, not fitted here"
+    return (f"{cal['variant']} rows, {cal['phase']}, {at}, {how}: ms = {term}; worst factor "
             f"{cal['worst_factor']:.2f}, geometric mean {cal['geomean_factor']:.2f}")
 
 
@@ -790,13 +804,14 @@ def calibration_text(cal):
     return "\n".join(lines)
 
 
-def markdown(result, phase="warm"):
+def markdown(result, phase="warm", fit_rows=None):
     """Return Markdown tables of a run's ``result`` (as ``--json`` prints it).
 
     One row per (variant, size, W): ``phase``'s alloc (rounds per grant,
     ``cas`` per success, serialized atomics and rounds per block, the three
     hottest words) and free figures; then the calibrations of its rows
-    (:func:`calibrations`, computed again: the H200's figures are data here).
+    (:func:`calibrations`, computed again: the H200's figures are data
+    here; ``fit_rows``: the rows whose fitted cost predicts these first).
     """
     lines = ["| variant | size | W | waves | rounds/grant | cas/ok (all) | cas/ok (reserve) "
              "| ser. atomics/alloc | rounds/alloc | ser. atomics/free | rounds/free | NULLs "
@@ -821,7 +836,7 @@ def markdown(result, phase="warm"):
         lines.append(f"| {t['variant']} | {t['bytes']} | {_f(t['cas_per_success'])} "
                      f"| {'yes' if t['cas_ok'] else 'no'} | {_f(t['growth'])} "
                      f"| {'yes' if t['growth_ok'] else 'no'} |")
-    for cal in calibrations(result["rows"]):
+    for cal in calibrations(result["rows"], fit_rows=fit_rows):
         lines += ["", f"Calibration: {formula(cal)}.", "",
                   "| variant | size | op | rounds/block | slope | hot atomics/block | H200 ms "
                   "| predicted ms | predicted ÷ H200 |",
@@ -941,12 +956,20 @@ def main(argv=None):
     p.add_argument("--markdown", metavar="FILE",
                    help="print the Markdown tables of FILE (what an earlier --json run "
                         "printed) instead of running")
+    p.add_argument("--cost-from", metavar="FILE",
+                   help="with --markdown: first predict its rows with the cost fitted on "
+                        "FILE's rows (another --json run, e.g. of the commit the H200 measured)")
     a = p.parse_args(argv)
     if a.markdown:
         import json
 
         with open(a.markdown) as f:
-            print(markdown(json.load(f)))
+            result = json.load(f)
+        fit_rows = None
+        if a.cost_from:
+            with open(a.cost_from) as f:
+                fit_rows = json.load(f)["rows"]
+        print(markdown(result, fit_rows=fit_rows))
         return 0
     return run(a)
 
