@@ -759,8 +759,8 @@ def _f(x, digits=2):
 def table(rows, phase="warm"):
     """Return the text table of ``rows``: the alloc and free figures of ``phase``."""
     head = (f"{'variant':>7} {'size':>5} {'W':>4} {'waves':>5} {'rounds/grant':>12} "
-            f"{'cas/ok':>7} {'reserve cas/ok':>14} {'ser/alloc':>10} {'ser/free':>9} "
-            f"{'NULLs':>5}  hottest words (alloc: atomics)")
+            f"{'cas/ok':>7} {'reserve cas/ok':>14} {'ser/alloc':>10} {'rounds/alloc':>12} "
+            f"{'ser/free':>9} {'NULLs':>5}  hottest words (alloc: atomics)")
     lines = [f"{phase} iteration (serialized atomics: per round, the most on one word, "
              "summed; per block)", head]
     for r in rows:
@@ -770,7 +770,7 @@ def table(rows, phase="warm"):
         lines.append(f"{r['variant']:>7} {r['bytes']:>5} {r['leaders']:>4} {r['waves']:>5} "
                      f"{_f(a['rounds_per_grant'], 1):>12} {_f(a['cas_per_success']):>7} "
                      f"{_f(a['reserve_cas_per_success']):>14} "
-                     f"{_f(a['serialized_per_block'], 3):>10} "
+                     f"{_f(a['serialized_per_block'], 3):>10} {_f(a['rounds_per_block'], 5):>12} "
                      f"{_f(f['serialized_per_block'], 3):>9} {a['nulls']:>5}  {hot}")
     return "\n".join(lines)
 
@@ -834,8 +834,7 @@ def markdown(result, phase="warm", fit_rows=None):
               f"W = {TARGET_W} ÷ W = {TARGET_BASE_W} | met |", "|---|---:|---:|---|---:|---|"]
     for t in targets(result["rows"], phase):
         lines.append(f"| {t['variant']} | {t['bytes']} | {_f(t['cas_per_success'])} "
-                     f"| {'yes' if t['cas_ok'] else 'no'} | {_f(t['growth'])} "
-                     f"| {'yes' if t['growth_ok'] else 'no'} |")
+                     f"| {_yes(t['cas_ok'])} | {_f(t['growth'])} | {_yes(t['growth_ok'])} |")
     for cal in calibrations(result["rows"], fit_rows=fit_rows):
         lines += ["", f"Calibration: {formula(cal)}.", "",
                   "| variant | size | op | rounds/block | slope | hot atomics/block | H200 ms "
@@ -847,6 +846,10 @@ def markdown(result, phase="warm", fit_rows=None):
                          f"| {p['hot']:.4f} | {p['measured_ms']:.3f} | {p['predicted_ms']:.3f} "
                          f"| {p['ratio']:.2f} |")
     return "\n".join(lines)
+
+
+def _yes(ok):
+    return "-" if ok is None else "yes" if ok else "no"
 
 
 def _ints(text):
@@ -900,10 +903,10 @@ def run(a, out=sys.stdout):
 
     rows = measure(a.variants, a.sizes, a.leaders, a.waves, a.seed, jobs, progress)
     cals = calibrations(rows)
-    result = {"targets": targets(rows), "model": {"allocations": ALLOCATIONS, "block": BLOCK, "sms": SMS,
+    result = {"model": {"allocations": ALLOCATIONS, "block": BLOCK, "sms": SMS,
                         "seed": a.seed, "grants": GRANTS, "waves": a.waves, "jobs": jobs,
                         "seconds": round(time.perf_counter() - t0, 1)},
-              "rows": rows, "calibration": cals}
+              "rows": rows, "targets": targets(rows), "calibration": cals}
     if getattr(a, "json", False):
         json.dump(result, out)
         print(file=out)
@@ -912,10 +915,13 @@ def run(a, out=sys.stdout):
     print(f"\nissue 49's targets (W = {TARGET_W}, warm): cas/ok <= {TARGET_CAS}, serialized "
           f"atomics per alloc at W = {TARGET_W} <= {TARGET_GROWTH}x W = {TARGET_BASE_W}'s",
           file=out)
+    def met(ok):
+        return "no row" if ok is None else "met" if ok else "not met"
+
     for t in targets(rows):
         print(f"{t['variant']:>7} {t['bytes']:>5}  cas/ok {_f(t['cas_per_success'])} "
-              f"({'met' if t['cas_ok'] else 'not met'})  growth {_f(t['growth'])} "
-              f"({'met' if t['growth_ok'] else 'not met'})", file=out)
+              f"({met(t['cas_ok'])})  growth {_f(t['growth'])} ({met(t['growth_ok'])})",
+              file=out)
     for c in cals:
         print(file=out)
         print(calibration_text(c), file=out)
