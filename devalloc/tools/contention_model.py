@@ -29,7 +29,8 @@ Lockstep
 ``W`` warp *slots* (the warps resident at once). Each slot runs one warp's
 job (its allocation, or its frees), then the next warp's: slot ``i`` runs
 warps ``i, i + W, i + 2W, ...`` (a launch's blocks are issued in order), up
-to ``waves`` warps per slot; a warp's number sets its ``blockIdx`` and
+to ``waves`` warps per slot (by default enough for 8 grants a slot,
+:func:`waves_for`); a warp's number sets its ``blockIdx`` and
 ``threadIdx`` (256 threads per block, as the benchmark), hence its hint slot
 and bitmap word scatter. In each *round* every actor that is not done makes
 exactly one metadata access: the actors are stepped one after another, in
@@ -52,7 +53,10 @@ What is counted, per phase
 * ``serialized_atomics``: per round, the most atomics (every
   read-modify-write: ``add``, ``or``, ``and``, ``max``, ``exch``, ``cas``...;
   not loads or stores) on any one word, summed over rounds;
-  ``serialized_per_alloc`` divides it by the blocks allocated (or freed).
+  ``serialized_per_block`` divides it by the blocks allocated (or freed);
+  ``serialized_loads_per_block``: the same of loads.
+* ``rounds_per_block``: ``rounds`` over the blocks: the lockstep machine's
+  time per block, the figure the calibration maps to time.
 * ``hottest``: the words with the most atomics in the phase, by name
   (:func:`devalloc.testing.invariants.word_name`).
 * ``nulls``: blocks that came back NULL (none while room remains).
