@@ -373,6 +373,28 @@ def test_word_names_follow_the_layout_of_any_page(ps):
     assert word_name(L.meta_words(n, ps), n, ps).endswith("(out of range)")
 
 
+def test_word_names_of_spread_and_hint_words_follow_their_stride():
+    # Each class has a line of HINT_STRIDE words: spread, HINT_SLOTS hints,
+    # padding. Hints of classes >= 1 used to be named by HINT_SLOTS (issue 49).
+    from devalloc.testing.invariants import word_name
+
+    n = 3
+    assert word_name(L.spread_word(0), n) == "spread[c0=16B]"
+    assert word_name(L.hint_word(0, 0), n) == "hint[c0=16B][0]"
+    assert word_name(L.hint_word(0, L.HINT_SLOTS - 1), n) == f"hint[c0=16B][{L.HINT_SLOTS - 1}]"
+    c = L.size_class(4096)
+    assert word_name(L.spread_word(c), n) == f"spread[c{c}=4096B]"
+    assert word_name(L.hint_word(c, 5), n) == f"hint[c{c}=4096B][5]"
+    last = L.NCLASSES - 1
+    assert word_name(L.hint_word(last, L.HINT_SLOTS - 1), n) == (
+        f"hint[c{last}={L.class_size(last)}B][{L.HINT_SLOTS - 1}]")
+    assert word_name(L.hint_word(1, L.HINT_SLOTS), n) == f"hint[c1={L.class_size(1)}B].pad[0]"
+    assert word_name(L.STATE_BASE - 1, n) == (
+        f"hint[c{last}={L.class_size(last)}B].pad[{L.HINT_STRIDE - 2 - L.HINT_SLOTS}]")
+    names = [word_name(i, n) for i in range(L.HINT_BASE, L.STATE_BASE)]
+    assert len(set(names)) == len(names)  # every word its own name
+
+
 def test_fake_ffs_matches_the_simulator():
     from numba.cuda.simulator.kernelapi import FakeCUDAModule
 

@@ -84,8 +84,15 @@ def word_name(i, npages, ps=L.PAGE_SHIFT):
         name = {L.S_FAILED: "failed", L.S_INVALID: "invalid"}.get(field, f"w{field}")
         return f"stripe{stripe}.{name}"
     if L.HINT_BASE <= i < L.STATE_BASE:
-        c, slot = divmod(i - L.HINT_BASE, L.HINT_SLOTS)
-        return f"hint[c{c}={L.class_size(c)}B][{slot}]"
+        # One line of HINT_STRIDE words per class: its spread word, then
+        # HINT_SLOTS hints (layout.spread_word, hint_word), then padding.
+        c, k = divmod(i - L.HINT_BASE, L.HINT_STRIDE)
+        cls = f"c{c}={L.class_size(c)}B"
+        if k == 0:
+            return f"spread[{cls}]"
+        if k <= L.HINT_SLOTS:
+            return f"hint[{cls}][{k - 1}]"
+        return f"hint[{cls}].pad[{k - 1 - L.HINT_SLOTS}]"
     if L.STATE_BASE <= i < L.bits_base(npages):
         return f"state[p{i - L.STATE_BASE}]"
     trees, end = L.free_tree(npages, ps), L.room_tree(npages, L.NCLASSES, ps)

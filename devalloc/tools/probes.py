@@ -24,6 +24,13 @@ Must run with the real CUDA target (``NUMBA_ENABLE_CUDASIM`` unset), and
 needs NVVM, ``ptxas`` and ``nvdisasm``: the test extra
 (``pip install 'devalloc[test]'``). Without them it says which one is
 missing, in one line, and exits 3.
+
+``python -m devalloc.probes --contention [--leaders 32,64,128,256] [--sizes
+16,256,4096,8192] [--variants thread,warp] [--waves N] [--seed S] [--jobs N]
+[--json]`` runs the contention model instead (:mod:`devalloc.tools.contention`,
+issue 49: W warp leaders in lockstep on the real device code): the
+simulator's device modules only, no GPU, no NVVM (it sets, or re-runs
+itself with, ``NUMBA_ENABLE_CUDASIM=1``).
 """
 
 import argparse
@@ -228,12 +235,25 @@ def main(argv=None):
                         "first --cc; repeatable)")
     p.add_argument("--no-paths", action="store_true",
                    help="skip the walked path lengths (devalloc.tools.paths, sm_90)")
+    p.add_argument("--contention", action="store_true",
+                   help="run the contention model instead (devalloc.tools.contention: warp "
+                        "leaders in lockstep on the device code; the simulator, no GPU or NVVM)")
+    from . import contention
+
+    contention.add_arguments(p.add_argument_group("--contention options"))
     p.add_argument("--outline", nargs="?", const="on", choices=sorted(OUTLINE_FLAG),
                    help="compile for heaps made with outline=True (on, the default of the flag: "
                         "the allocator's bodies out of line, one copy per kernel: "
                         "devalloc.device.outline), outline=False (off: inline at every site) or "
                         "outline='auto' instead of the process default (DEVALLOC_OUTLINE)")
     a = p.parse_args(argv)
+    if a.contention:
+        from numba import config
+
+        if not config.ENABLE_CUDASIM:  # numba was imported for the real target
+            args = list(sys.argv[1:] if argv is None else argv)
+            return contention.ensure_simulator([x for x in args if x != "--contention"])
+        return contention.run(a)
     outline = OUTLINE_FLAG[a.outline] if a.outline else None
     ccs = [(int(c[:-1]), int(c[-1])) for c in a.cc]
     problem = missing()
