@@ -544,6 +544,7 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             if st & _WRAP:
                 if v >= s0:  # back at the start word: the pass is whole
                     v = int32(-1)
+                    x = uint32(0)
             elif st & _TOP:
                 st = uint32(st ^ _TOP)
                 if v >= 0 and v < s0:
