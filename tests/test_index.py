@@ -157,7 +157,7 @@ def test_contention_widens_the_spread_and_a_calm_heap_stays_at_one_slot():
     assert calm.usage().reserved == L.PAGE
     # 64 lone lanes churning one class on one slab: leaders give up after
     # SLAB_TRIES lost cas and widen the class (up to 8 slots here).
-    # An interleaving with 4 lost cas in a row, on some run: likely at a 1 us
+    # An interleaving with SLAB_TRIES lost cas in a row, on some run: likely at a 1 us
     # switch interval, not certain on a loaded machine (up to 10 runs; most
     # widen at the first).
     old = sys.getswitchinterval()

@@ -177,10 +177,17 @@ def hottest(atomics, npages, n=HOTTEST, ps=L.PAGE_SHIFT):
 
 # ------------------------------------------------------------ the driver
 
+#: Accesses after which one actor's operation is declared endless (the
+#: costliest row, thread 8 KiB at W = 256 on the search of 0c49ef3, makes
+#: about 1,300 a grant, 16 grants a warp).
+MAX_STEPS = 200_000
+
+
 class _Actor:
     """One logical thread: a warp's group leader (or a group freeing one word)."""
 
-    __slots__ = ("blockIdx", "threadIdx", "blockDim", "group", "glet", "done", "slot", "error")
+    __slots__ = ("blockIdx", "threadIdx", "blockDim", "group", "glet", "done", "slot", "error",
+                 "steps")
 
     def __init__(self, warp, slot):
         from ..testing.machine import Dim3
@@ -194,6 +201,7 @@ class _Actor:
         self.done = False
         self.slot = slot
         self.error = None
+        self.steps = 0  # accesses made (MAX_STEPS)
 
 
 class _Stats:
@@ -380,6 +388,12 @@ class Driver:
             ended = []
             for k in round_order(len(actors), self.rng):
                 a = actors[k]
+                a.steps += 1
+                if a.steps > MAX_STEPS:
+                    raise RuntimeError(
+                        f"{kind}: warp {a.blockIdx.x * BLOCK + a.threadIdx.x >> L.WARP_SHIFT} "
+                        f"made {MAX_STEPS} metadata accesses without finishing: an endless "
+                        f"loop in the device code, not contention")
                 self._run(tls, a)
                 if a.done:
                     ended.append(a)
