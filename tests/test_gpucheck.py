@@ -176,3 +176,17 @@ def test_stress_kernel_compiles_for_sm90_without_spills():
     # 91 registers when written (2 blocks of 256 threads per SM: 16 warps).
     assert r["spills"] == 0 and r["stack"] == 0 and r["membar_sc"] == 0
     assert r["registers"] <= 128
+
+
+def test_throughput_rows_are_set_against_issue_49s_targets():
+    from devalloc.gpucheck import parts
+
+    def row(v, b, a, f):
+        return {"variant": v, "bytes": b, "alloc_over_floor": a, "free_over_floor": f}
+
+    rows, words = parts.against_targets([row("thread", 16, 2.5, 2.5), row("thread", 8192, 121, 9),
+                                         row("warp", 16, 3, 1), row("warp", 256, 50, 50)])
+    assert [(r["alloc_target"], r["alloc_met"], r["free_target"], r["free_met"]) for r in rows] == [
+        (3, True, 2, False), (120, False, 10, True), (3, True, None, None),
+        (None, None, None, None)]
+    assert words == "issue 49's targets: 3 met, 2 missed"
