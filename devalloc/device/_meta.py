@@ -212,18 +212,13 @@ def _pages_changed(meta, delta):
 
     Takers add after their cas, releasers subtract before theirs (and add
     back if it fails), so the counter never exceeds the pages really held.
-    Atomics: one ``add`` on H_PAGES_USED, and when pages are taken and the
-    value this add produced is above the peak read (a relaxed load), one
-    ``max`` on H_PEAK_PAGES with it, so the peak is the exact high-water
-    mark. The peak only grows, so a value at or below one read of it could
-    not raise it: once a launch is back below its peak (every launch after
-    the first of a loop that allocates and frees the same), page takes
-    leave the peak's word alone. Page-level events only, never per block.
+    Atomics: one ``add`` on H_PAGES_USED, and when pages are taken one
+    ``max`` on H_PEAK_PAGES with the value this add produced, so the peak is
+    the exact high-water mark. Page-level events only, never per block.
     """
     old = cuda.atomic.add(meta, L.H_PAGES_USED, delta)
     if delta > 0:
-        if old + delta > _load(meta, _at(L.H_PEAK_PAGES)):  # guess: a stale peak costs a max
-            cuda.atomic.max(meta, L.H_PEAK_PAGES, old + delta)
+        cuda.atomic.max(meta, L.H_PEAK_PAGES, old + delta)
 
 
 @cuda.jit(device=True)

@@ -78,15 +78,10 @@ def _index_clear(meta, base, npages, w, mask):
 
     The bits returned are those this call cleared (of two racing clearers,
     each bit goes to one), so the counts are lowered once per bit. Atomics:
-    one ``and``, then the counts' ``add``s; none when a relaxed load shows
-    every bit of ``mask`` clear already (the ``and`` would clear nothing:
-    the leaders that lost a page to its taker, or a stale mark to another
-    dropper, do not all queue on the one word that names it).
+    one ``and``, then the counts' ``add``s.
     """
-    m = _lo32(mask)  # a level-0 word uses 32 bits: no register pair kept live
-    if not _lo32(_load(meta, _at(base + w))) & m:  # guess: a stale bit costs the and
-        return int64(0)
     # Level-0 word: and, races with setters' or and other clearers' and.
+    m = _lo32(mask)  # a level-0 word uses 32 bits: no register pair kept live
     got = uint32(_lo32(cuda.atomic.and_(meta, _at(base + w), int64(uint32(~m)))) & m)
     if got:
         _counts_add(meta, base, npages, w, -_popc32(got))

@@ -548,7 +548,6 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             if st & _WRAP:
                 if v >= s0:  # back at the start word: the pass is whole
                     v = int32(-1)
-                    x = uint32(0)
             elif st & _TOP:
                 st = uint32(st ^ _TOP)
                 if v >= 0 and v < s0:
@@ -563,7 +562,7 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
                 w = int32(START)
                 continue
             w = int32(v) if v >= 0 else int32(DONE)
-            bits = uint32(x)
+            bits = uint32(x) if v >= 0 else uint32(0)  # (a pass back at its start: none)
             if st & _FLOOR:  # after the held page p: only the pages above it
                 st = uint32(st ^ _FLOOR)
                 if w == int32(p >> L.WORD_SHIFT):
