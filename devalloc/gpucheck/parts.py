@@ -22,6 +22,8 @@ import traceback
 from importlib import metadata
 from pathlib import Path
 
+from .targets import target_lines, throughput_rows
+
 #: The examples run against their worst-case twins (kernels/).
 EXAMPLES = ("ragged_walks", "particle_transport", "barrier_option", "two_pass_variance",
             "step_scratch")
@@ -309,35 +311,6 @@ def sanitizer(mode):
 # ------------------------------------------------------------------- throughput
 
 
-#: Issue 49's GPU targets, median ÷ the atomic floor of the same row:
-#: (variant, bytes) -> (alloc, free); None where the issue sets none.
-THROUGHPUT_TARGETS = {
-    ("thread", 16): (3, 2),
-    ("thread", 256): (20, None),
-    ("thread", 4096): (60, None),
-    ("thread", 8192): (120, 10),
-    ("warp", 16): (3, None),
-}
-
-
-def against_targets(rows):
-    """Add each row's targets and whether they are met (``*_target``, ``*_met``).
-
-    A pure function of the rows :func:`throughput` builds (``variant``,
-    ``bytes``, ``alloc_over_floor``, ``free_over_floor``); a row without a
-    target gets None for both. Returns the rows and the summary's words.
-    """
-    met = missed = 0
-    for r in rows:
-        targets = THROUGHPUT_TARGETS.get((r["variant"], r["bytes"]), (None, None))
-        for op, target in zip(("alloc", "free"), targets):
-            ok = None if target is None else r[f"{op}_over_floor"] <= target
-            r[f"{op}_target"], r[f"{op}_met"] = target, ok
-            met += ok is True
-            missed += ok is False
-    return rows, f"issue 49's targets: {met} met, {missed} missed"
-
-
 def throughput(mode):
     """bench/gpu_throughput.py on the survey's protocol (figures; bad blocks fail)."""
     if mode == "simulate":
@@ -358,30 +331,12 @@ def throughput(mode):
             return result("throughput", "failed", f"bench/gpu_throughput.py exited "
                           f"{p.returncode}", table=p.stdout[-4000:])
         raw = json.loads(js.read_text())
-    rows = []
-    for r in raw["rows"]:
-        t = r["times"]
-        med = {k: statistics.median(v[1:] or v) for k, v in t.items() if v}
-        floor = med.get("floor")
-        rows.append({"variant": r["variant"], "allocs": r["allocs"], "bytes": r["bytes"],
-                     "alloc_over_floor": med["alloc"] / floor,
-                     "free_over_floor": med["free"] / floor,
-                     "pair_over_floor": med.get("pair", 0) / floor if "pair" in med else None,
-                     "nrt_pair_over_floor": med["nrt"] / floor if "nrt" in med else None,
-                     "first_over_later_alloc": t["alloc"][0] / med["alloc"],
-                     "floor_ms": floor, "alloc_ms": med["alloc"], "free_ms": med["free"],
-                     "nulls": r["failed"], "bad_blocks": r["bad_blocks"]})
+    rows, against = throughput_rows(raw)
     bad = sum(r["bad_blocks"] for r in rows)
     table = p.stdout[p.stdout.find("### thread-based"):] if "### thread-based" in p.stdout \
         else p.stdout[-6000:]
     worst = max(rows, key=lambda r: r["alloc_over_floor"])
-    rows, against = against_targets(rows)
-    for r in rows:
-        for op in ("alloc", "free"):
-            if r[f"{op}_target"] is not None:
-                print(f"{r['variant']:>6} {r['bytes']:>5} B {op:>5} ÷ floor "
-                      f"{r[f'{op}_over_floor']:9.1f}  target <= {r[f'{op}_target']:>4}  "
-                      f"{'met' if r[f'{op}_met'] else 'MISSED'}")
+    print(target_lines(rows))
     summary = (f"{len(rows)} rows; alloc / floor median from "
                f"{min(r['alloc_over_floor'] for r in rows):.1f} to "
                f"{worst['alloc_over_floor']:.1f} ({worst['variant']}, {worst['bytes']} B); "
