@@ -621,12 +621,9 @@ def _search(meta, npages, c, want, prof, hint_idx, tried, busy):
             g = _reserve(meta, npages, int64(p), c, want, prof)
             seen = uint32(seen + 1)
             if g > TRANSIT:
-                # Hint: racy, harmless (any value is range-checked). Written
-                # only when it changes: leaders of one slot that land on the
-                # same page do not queue on the hint's line.
-                if _load(meta, _at(st >> _HINT_SHIFT)) != int64(p) + 1:
-                    cuda.atomic.exch(meta, _at(st >> _HINT_SHIFT), int64(p) + 1)
-                    _pcount(prof, L.P_HINT_MOVES, 1)
+                # Hint: racy, harmless (any value is range-checked).
+                cuda.atomic.exch(meta, _at(st >> _HINT_SHIFT), int64(p) + 1)
+                _pcount(prof, L.P_HINT_MOVES, 1)
                 _pcount(prof, L.P_PAGES_SCANNED, int64(seen))
                 return g
             if g == BUSY:
