@@ -153,12 +153,16 @@ def test_the_out_of_line_alloc_kernel_has_its_peak_in_the_search():
     # the live peak; line info moves the allocation by a register or so.
     assert live["peak_live"] <= live["span"] < live["registers"]
     assert abs(live["registers"] - plain["registers"]) <= 2, (live, plain)
-    # The peak is the most of some function's, inside the slab search that
-    # the out-of-line body holds (measured: slab._pick under the hinted
-    # page's _reserve, 38 of 42).
+    # The peak is the most of some function's, and the slab search that the
+    # out-of-line body holds reaches it (measured: slab._pick under the
+    # hinted page's _reserve, 38 of 42; since index passes start at the
+    # warp's own word (issue 49), 37 of 40, tied with the large path's
+    # _find_run, whose frames liveregs names as the peak's).
     assert max(live["by_function"].values()) == live["peak_live"]
-    assert any(f.startswith("slab.") for f in live["by_function"]), live
-    assert any(frame.startswith("slab._find:") for frame in live["peak"]), live
+    assert any(f.startswith("slab.") and n == live["peak_live"]
+               for f, n in live["by_function"].items()), live
+    assert any(frame.startswith(("slab._find:", "pages._alloc_large:"))
+               for frame in live["peak"]), live
     # Every register live there is traced to a write or said not to be.
     assert len(live["at_peak"]) == live["peak_live"], live
 
