@@ -325,9 +325,11 @@ class Bounds:
 
 
 #: The CI bound lets every EXHAUSTIVE scenario complete: the largest,
-#: class_change_long, takes 174,501 executions since a search looks at the
-#: room index again before each free page it tries (76,732 before).
-CI = Bounds(max_executions=200_000, pct_seeds=tuple(range(400)), pct_depths=(2, 3))
+#: class_change_long, takes 246,856 executions since a slab is passed over
+#: after 2 lost cas, not 4 (issue 49: 174,501 with 4, measured the same
+#: day), and 174,501 since a search looks at the room index again before
+#: each free page it tries (76,732 before).
+CI = Bounds(max_executions=300_000, pct_seeds=tuple(range(400)), pct_depths=(2, 3))
 DEEP = Bounds(max_executions=5_000_000, pct_seeds=tuple(range(20_000)),
               pct_depths=(2, 3, 4, 5))
 
