@@ -9,7 +9,6 @@ and a warp whose start word is full is served from the words before it.
 """
 
 import numpy as np
-import pytest
 from numba import cuda
 
 import devalloc
@@ -79,8 +78,8 @@ def test_warps_starting_apart_share_one_slab_on_an_idle_heap():
 
 
 def test_a_warp_starting_high_fills_the_heap_to_the_last_page():
-    # Every page served from one warp whose passes start at word 1: the
-    # large blocks take every page, in whichever order the passes meet them.
+    # Every page served from one warp whose passes start at word 1: its
+    # 8 KiB blocks (two a slab) fill every page, words 1 and 0 alike.
     heap = devalloc.Heap(L.capacity_for_pages(64))
     w = warp_with_start(1, 64)
     offs = [alloc_as(heap, w, 8192) for _ in range(2 * 64)]
