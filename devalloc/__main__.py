@@ -208,7 +208,40 @@ def build_parser():
                    help="replay on a debug heap (reports misuse beyond the trace's own)")
     r.add_argument("--json", action="store_true",
                    help="print the usage as one JSON object instead of the report")
+    c = sub.add_parser(
+        "cache",
+        help="show or clear the cache of compiled allocator bodies",
+        description=(
+            "A kernel that calls devalloc compiles the allocator's bodies once and keeps "
+            "them on disk, so that later processes compile only the kernel's own code. "
+            "Print where that cache is and what it holds, or remove it (--clear). The "
+            "folder is $DEVALLOC_CACHE_DIR, else the user's cache folder; "
+            "DEVALLOC_CACHE=0 keeps it in memory only."
+        ),
+        epilog="exit status: 0 done",
+    )
+    c.add_argument("--clear", action="store_true", help="remove every compiled body")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
     return p
+
+
+def cache(args):
+    """Run ``python -m devalloc cache``; return the exit status."""
+    from . import bodycache  # imports no numba
+
+    root = bodycache.cache_dir()
+    files = bodycache.entries(root)
+    size = sum(f.stat().st_size for f in files)
+    removed = bodycache.clear(root) if args.clear else 0
+    if args.json:
+        print(json.dumps({"folder": str(root), "entries": len(files), "bytes": size,
+                          "enabled": bodycache.enabled(), "removed": removed}))
+    elif args.clear:
+        print(f"removed {removed} compiled bodies ({size / 2**20:.1f} MiB) from {root}")
+    else:
+        state = "" if bodycache.enabled() else f" (off: {bodycache.ENV_SWITCH}=0)"
+        print(f"{root}{state}: {len(files)} compiled bodies, {size / 2**20:.1f} MiB")
+    return 0
 
 
 def replay(args):
@@ -550,6 +583,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.command == "replay":
         return replay(args)
+    if args.command == "cache":
+        return cache(args)
     if args.command != "demo":
         parser.print_help(sys.stderr)
         return EXIT_USAGE

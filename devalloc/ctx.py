@@ -17,6 +17,7 @@ import os
 import numpy as np
 from numba import types
 
+from ._version import source_hash
 from .layout import PAGE_SHIFT, PAGE_SHIFT_MIN
 
 #: The handle kernels receive: the arena bytes and the metadata words.
@@ -75,6 +76,12 @@ class PagedMeta(types.Array):
     kernel from how many sites it has (``"auto"``). Chosen per heap
     (``Heap(outline=)``) or per launch (``heap.ctx_with(outline=)``); like
     the page, a kernel launched with both is compiled once for each.
+
+    ``build``: the hash of devalloc's source (:func:`devalloc._version.source_hash`),
+    part of the type's key but not its name: a kernel that Numba's
+    ``cache=True`` stored with another devalloc (an upgrade, an edited
+    tree) does not match this type, and is compiled again rather than
+    loaded with the old allocator's code.
     """
 
     def __init__(self, page_shift, outline=False):
@@ -85,13 +92,14 @@ class PagedMeta(types.Array):
             raise TypeError(f"outline must be True, False or 'auto', got {outline!r}")
         self.page_shift = int(page_shift)
         self.outline = outline
+        self.build = source_hash()[:16]
         suffix = {True: ", outline", False: "", "auto": ", outline=auto"}[outline]
         name = f"array(int64, 1d, C, page={1 << page_shift}{suffix})"
         super().__init__(types.int64, 1, "C", name=name)
 
     @property
     def key(self):
-        return super().key + (self.page_shift, self.outline)
+        return super().key + (self.page_shift, self.outline, self.build)
 
     def copy(self, dtype=None, ndim=None, layout=None, readonly=None):
         plain = types.Array(self.dtype, self.ndim, self.layout)

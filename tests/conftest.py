@@ -96,6 +96,8 @@ def pytest_configure(config):
     folder = tempfile.mkdtemp(prefix="devalloc-tests-")
     os.environ[SESSION_ENV] = folder
     os.environ.setdefault("DEVALLOC_PTX_CACHE", os.path.join(folder, "ptx"))
+    # and its compiled-body cache (devalloc.bodycache), not the user's
+    os.environ.setdefault("DEVALLOC_CACHE_DIR", os.path.join(folder, "bodies"))
     config._devalloc_session = folder
 
 
@@ -104,8 +106,9 @@ def pytest_unconfigure(config):
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(SESSION_ENV, None)
-        if os.environ.get("DEVALLOC_PTX_CACHE", "").startswith(folder):
-            os.environ.pop("DEVALLOC_PTX_CACHE")
+        for name in ("DEVALLOC_PTX_CACHE", "DEVALLOC_CACHE_DIR"):
+            if os.environ.get(name, "").startswith(folder):
+                os.environ.pop(name)
 
 
 @pytest.fixture

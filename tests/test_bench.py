@@ -381,3 +381,66 @@ def test_exact_fit_prints_both_kernels():
     assert len(rows) == 2, proc.stdout
     for _, runs, bad_runs, nulls in rows:
         assert int(runs) == 1 and 0 <= int(bad_runs) <= 1 and 0 <= int(nulls) <= 96, rows
+
+
+def _first_call_result():
+    import first_call as F
+
+    row = {"import_s": 0.5, "numba_nvvm_s": 1.0, "ptxas_s": 0.5, "total_s": 1.5,
+           "ptx_lines": 100, "registers": 32, "cache_hits": 0}
+    median = {k: dict(row) for k in F.KINDS}
+    median["twin"]["total_s"] = 0.5
+    median["cached_heap_2"]["cache_hits"] = 1
+    ratios = {"warm_over_twin": 3.0, "cold_over_twin": 3.0, "four_over_one": 1.0,
+              "four_over_one_cold": 1.0, "cached_second_over_twin": 3.0,
+              "cached_second_over_cached_twin": 1.0}
+    met = {k: ratios[k] <= v for k, v in F.TARGETS.items()}
+    return {"runs": [], "median": median, "ratios": ratios, "met": met}
+
+
+def test_first_call_section_names_each_target_and_whether_it_is_met():
+    import first_call as F
+
+    text = F.section(_first_call_result(), 3)
+    assert text.startswith("## First call (compile time, fresh processes)")
+    assert "bench/first_call.py --runs 3 --write" in text
+    assert "warm_over_twin 3.00 (target <= 3.0: met)" in text
+    assert "four_over_one 1.00 (target <= 1.2: met)" in text
+    # every kind is a row, with its ratio to the twin
+    assert text.count("\n| ") == len(F.KINDS) + 1
+    assert "| `devalloc.array`, second process | 1.00 | 0.50 | 1.50 | 3.0 | 100 | 32 |" in text
+
+
+def test_first_call_breakdown_section_adds_up():
+    import first_call as F
+
+    def row(kind, passes, nvvm, total):
+        return {"kind": kind, "numba_nvvm_s": total, "nvvm_s": nvvm, "ptxas_s": 0.3,
+                "passes_s": passes, "in_passes_s": sum(passes.values()), "functions": 9,
+                "compilations": 12, "devalloc_compilations": 10, "devalloc_functions": 8}
+
+    text = F.breakdown_section([row("cold", {"a": 2.0, "b": 1.0}, 0.7, 4.0),
+                                row("warm", {"a": 0.1}, 0.7, 1.0)])
+    assert "| a | 2.00 | 0.10 |" in text and "| b | 1.00 | 0.00 |" in text
+    # outside the passes: total - passes - NVVM
+    assert "| outside the passes (Numba's dispatch, libraries, NVVM input) | 0.30 | 0.20 |" in text
+    assert "| **Numba + NVVM** | **4.00** | **1.00** |" in text
+
+
+@pytest.mark.slow
+def test_first_call_runs_every_kind_in_fresh_processes():
+    # One round for real (no time asserted, only what is structural): the
+    # second process makes the same code from the bodies it reads (the same
+    # registers, PTX lines within two: names) and the cache=True kernel is
+    # loaded, not compiled.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    proc = subprocess.run([sys.executable, str(BENCH / "first_call.py"), "--runs", "1",
+                           "--json"], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout)
+    m = result["median"]
+    assert set(m) == set(__import__("first_call").KINDS)
+    assert m["heap_warm"]["registers"] == m["heap_cold"]["registers"]
+    assert abs(m["heap_warm"]["ptx_lines"] - m["heap_cold"]["ptx_lines"]) <= 2
+    assert m["cached_heap_2"]["cache_hits"] == 1 and m["cached_heap"]["cache_hits"] == 0
+    assert set(result["met"]) == {"warm_over_twin", "cold_over_twin", "four_over_one"}

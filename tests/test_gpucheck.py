@@ -210,3 +210,33 @@ def test_throughput_rows_are_medians_over_the_floor_after_the_first_iteration():
     assert (r["alloc_over_floor"], r["free_over_floor"], r["first_over_later_alloc"]) == (3, 2, 50 / 3)
     assert (r["alloc_met"], r["free_met"], r["pair_over_floor"]) == (True, True, None)
     assert words == "issue 49's targets: 2 met, 0 missed"
+
+
+def test_latency_summary_names_the_examples_over_two_seconds():
+    from devalloc.gpucheck import latency
+
+    row = lambda s: {"first_s": s, "later_s": 0.01}  # noqa: E731
+    m = {"cold": row(5.5), "warm": {"first_s": 1.25, "later_s": 2e-4},
+         "examples": {"a": row(1.5), "b": row(2.5), "c": row(0.75)}}
+    text, problems = latency.summary_and_problems(m)
+    assert "first call 5.50 s on an empty body cache, 1.25 s in a second process" in text
+    assert "later calls 0.20 ms" in text
+    assert "0.75-2.50 s (target <= 2 s: missed by b)" in text
+    assert problems == ["b: first call 2.50 s in a second process (target <= 2 s)"]
+    m["examples"]["b"] = row(1.0)
+    text, problems = latency.summary_and_problems(m)
+    assert "(target <= 2 s: met)" in text and problems == []
+
+
+def test_latency_report_lists_cold_warm_and_each_example():
+    from devalloc.gpucheck import report as R
+
+    data = {"first_s": 5.0, "warm_s": 1.5, "later_s": 3e-4,
+            "examples": {"ragged_walks": {"first_s": 1.75, "later_s": 0.25}},
+            "problems": ["x: slow"]}
+    meta = {"gpu": "g", "date": "d", "command": "c", "mode": "quick", "version": "v",
+            "commit": "c", "seconds": 1.0, "verdict": "passed"}
+    md = R.markdown(meta, [{"part": "latency", "status": "info", "summary": "s", "data": data}])
+    assert "first call 5.000 s on an empty body cache, 1.500 s in a second process" in md
+    assert "- ragged_walks: first call 1.750 s in a second process, a second run 0.250 s" in md
+    assert "- problem: x: slow" in md

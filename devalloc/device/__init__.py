@@ -11,7 +11,8 @@ and the porting API (:mod:`.porting`: ``view``, ``array``, ``free_array``,
 :mod:`.chunks`, its calls into the heap), :mod:`.warp` (aggregation),
 :mod:`.debug` (guards and records), :mod:`.observe` (profile and trace),
 :mod:`.kinds` (which path a ctx takes), :mod:`.outline` (one out-of-line
-copy of a body per kernel, opt-in), :mod:`._meta` (helpers every path uses, and the rules
+copy of a body per kernel) and :mod:`.bodies` (those bodies compiled once),
+:mod:`._meta` (helpers every path uses, and the rules
 every device function follows). The host side imports none
 of this; the shared formats are in :mod:`devalloc.layout`.
 """
@@ -23,7 +24,7 @@ from .porting import (alloc_aligned, array, calloc, carve, carve_end, free_array
 #: The modules of the device package, for the interleaving explorer.
 MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "kinds", "chunks",
            "api", "bumpalloc", "scope", "observe", "intrinsics", "porting", "gather", "outline",
-           "outline_choice")
+           "outline_choice", "bodies")
 
 __all__ = ["alloc", "alloc_aligned", "array", "bump", "calloc", "carve", "carve_end", "free",
            "free_array", "mark", "realloc", "release", "scoped", "usable_size", "view"]

@@ -16,16 +16,19 @@ the call Numba emits for ``f`` itself, typed as the caller would type it
 (literal arguments first), so the inline build is what it was before the
 choice existed (same PTX).
 
-Out of line, the device function holding the call emits, into its LLVM
-module, one ``noinline`` function ``devalloc_<module>_<name>_<types>`` whose
-body is ``f`` compiled by Numba (Numba links device functions
-``linkonce_odr``: a kernel keeps one copy), and every call site in the
-kernel calls it. NVVM inlines ``f``
-into that wrapper, so Numba's calling convention (the result written
-through a pointer to the caller's stack) stays inside it, where NVVM
-promotes the slot to a register; the wrapper itself takes its arguments and
-returns its result as LLVM values (PTX ``.param``, registers in SASS), with
-no stack frame. docs/outline.md has the measurements behind it.
+Out of line, every call site calls one ``noinline`` function
+``devalloc_<module>_<name>_<types>`` (the wrapper) whose body is ``f``
+compiled by Numba; the kernel declares it and links the text that defines
+it (Numba links device functions ``linkonce_odr``: a kernel keeps one
+copy). That text is made once per (``f``, argument types, line info) and
+kept in the process and on disk (:mod:`devalloc.device.bodies`,
+:mod:`devalloc.bodycache`): a second kernel, or a second process, types
+none of the allocator; typing a call to it only looks its result type up.
+NVVM inlines ``f`` into the wrapper, so Numba's calling convention (the
+result written through a pointer to the caller's stack) stays inside it,
+where NVVM promotes the slot to a register; the wrapper itself takes its
+arguments and returns its result as LLVM values (PTX ``.param``, registers
+in SASS), with no stack frame. docs/outline.md has the measurements behind it.
 
 Automatic (``"auto"``), the same body is emitted without ``noinline``,
 marked instead (:data:`devalloc.device.outline_choice.AUTO_MARK`). When a
@@ -90,6 +93,7 @@ else:
     _literal_first = _make_intrinsic(target="cuda", prefer_literal=True)
 
     from ..ctx import PagedMeta
+    from . import bodies
     from .outline_choice import AUTO_MARK, MARKS, SHARED_MARK, decide, decided
 
     def _symbol(pyfunc, sig, prefix="devalloc"):
@@ -181,93 +185,28 @@ else:
             return context.get_dummy_value()
         return next(vals)
 
-    def _flags(f):
-        # The flags a device function gets from @cuda.jit (numba.cuda.compiler):
-        # NumPy's error model (no exception paths: the default "python" one
-        # adds them) and f's line info (devalloc.tools.paths walks by it).
-        try:
-            from numba.cuda.flags import CUDAFlags as Flags
-        except ImportError:  # numba-cuda releases that use numba's own flags
-            from numba.core.compiler import Flags
-
-        flags = Flags()
-        flags.error_model = "numpy"
-        if f.targetoptions.get("lineinfo"):
-            flags.debuginfo = True
-            flags.dbg_directives_only = True
-        return flags
-
-    def _scope(mod, fn, pyfunc):
-        # With line info: a debug scope for wrapper fn in pyfunc's own file
-        # (its own compile unit, line directives only), and the location of
-        # the call to pyfunc's body: its def line. Without one NVVM drops
-        # the locations of the body it inlines into the wrapper, and the
-        # path walker (devalloc.tools.paths) could not find its waypoints there.
-        code = pyfunc.__code__
-        path = os.path.abspath(code.co_filename)
-        difile = mod.add_debug_info("DIFile", {"directory": os.path.dirname(path),
-                                               "filename": os.path.basename(path)})
-        unit = mod.add_debug_info("DICompileUnit", {
-            "language": ir.DIToken("DW_LANG_C_plus_plus"), "file": difile,
-            "producer": "clang (Numba)", "runtimeVersion": 0, "isOptimized": True,
-            "emissionKind": ir.DIToken("DebugDirectivesOnly")}, is_distinct=True)
-        cus = cgutils.get_or_insert_named_metadata(mod, "llvm.dbg.cu")
-        cus.add(unit)
-        # (LLVM drops the debug information of a module without its version:
-        # Numba's DIBuilder sets these flags in the modules it finalizes.)
-        mflags = cgutils.get_or_insert_named_metadata(mod, "llvm.module.flags")
-        for key, value in (("Dwarf Version", 4), ("Debug Info Version", 3)):
-            flag = mod.add_metadata([ir.IntType(32)(2), key, ir.IntType(32)(value)])
-            if flag not in mflags.operands:
-                mflags.add(flag)
-        subprogram = mod.add_debug_info("DISubprogram", {
-            "name": fn.name, "linkageName": fn.name, "scope": difile, "file": difile,
-            "line": code.co_firstlineno, "scopeLine": code.co_firstlineno,
-            "type": mod.add_debug_info("DISubroutineType", {"types": mod.add_metadata([])}),
-            "isLocal": False, "isDefinition": True, "isOptimized": True, "unit": unit},
-            is_distinct=True)
-        fn.set_metadata("dbg", subprogram)
-        return mod.add_debug_info("DILocation", {"line": code.co_firstlineno, "column": 1,
-                                                 "scope": subprogram})
-
     def _out_of_line(f, mark=None, pages=False):
         """Return the code generation of a call to device function ``f`` out of line.
 
         ``mark``: the body is marked for the kernel's decision
         (:data:`~devalloc.device.outline_choice.AUTO_MARK` or ``SHARED_MARK``)
         instead of ``noinline``. ``pages``: a heap ctx's arena crosses as its
-        page count (:func:`outline`).
+        page count (:func:`outline`). The body's text comes from
+        :mod:`devalloc.device.bodies` (compiled once per process, or read
+        from disk); the kernel declares the wrapper and links the text.
         """
         pyfunc = f.py_func
 
         def codegen(context, builder, sig, args):
-            mod = builder.module
             flat = [v for t, a in zip(sig.args, args)
                     for v in _flatten(context, builder, t, a, pages)]
             fnty = ir.FunctionType(context.get_value_type(sig.return_type),
                                    [v.type for v in flat])
-            fn = cgutils.get_or_insert_function(
-                mod, fnty, _symbol(pyfunc, sig, "devalloc_auto" if mark else "devalloc"))
-            if fn.is_declaration:
-                # (Numba links device functions as linkonce_odr: one copy
-                # per kernel, whichever module emitted it.)
-                if mark:
-                    set.add(fn.attributes, mark)  # (llvmlite knows no string attributes)
-                else:
-                    fn.attributes.add("noinline")
-                body = ir.IRBuilder(fn.append_basic_block("entry"))
-                vals = iter(fn.args)
-                inner = [_rebuild(context, body, t, vals, pages) for t in sig.args]
-                # Numba's cache of subroutines does not key the flags: a
-                # compilation with line info (devalloc.tools.paths) is not cached.
-                flags = _flags(f)
-                cres = context.compile_subroutine(body, pyfunc, sig, flags=flags,
-                                                  caching=not flags.debuginfo)
-                if flags.debuginfo:
-                    body.debug_metadata = _scope(mod, fn, pyfunc)
-                # Device code raises no exceptions: the status is always OK.
-                _, res = context.call_internal_no_propagate(body, cres.fndesc, sig, inner)
-                body.ret(res)
+            symbol, lib = bodies.get(
+                context, f, sig, fnty, _symbol(pyfunc, sig, "devalloc_auto" if mark else "devalloc"),
+                mark, pages, lambda c, b, t, vals: _rebuild(c, b, t, vals, pages), ENABLED)
+            context.add_linking_libs([lib])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, symbol)
             return builder.call(fn, flat)
         return codegen
 
@@ -357,10 +296,18 @@ else:
         gens = {True: _out_of_line(f, None, pages), False: _inline(f),
                 "auto": _out_of_line(f, SHARED_MARK if auto == "shared" else AUTO_MARK, pages)}
 
+        marks = {True: None, "auto": SHARED_MARK if auto == "shared" else AUTO_MARK}
+
         def resolve(typingctx, args):
             away = outlined(args[0])
             if away and any(isinstance(a, types.Literal) for a in args):
                 return None  # typed again without literals (prefer_literal below)
+            if away:
+                # A body compiled before (this process, or the disk cache)
+                # is not typed again: its result type is known.
+                entry = bodies.lookup(bodies.key(f, marks[away], pages, args, ENABLED))
+                if entry is not None:
+                    return entry[2](*args), gens[away]
             fnty = typingctx.resolve_value_type(f)
             sig = typingctx.resolve_function_type(fnty, args, {})
             if sig is None:

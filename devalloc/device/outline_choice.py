@@ -49,10 +49,21 @@ def call_graph(modules):
     ``sizes[f]``: f's own instructions; ``marked``: the functions with
     :data:`AUTO_MARK` or :data:`SHARED_MARK`; ``shared``: those with the
     latter. A function defined in several modules (Numba links
-    device functions ``linkonce_odr``: the same body) counts once.
+    device functions ``linkonce_odr``: the same body) counts once. A module
+    with a ``graph`` (a cached body's text, :mod:`devalloc.device.outline`)
+    contributes that graph, as this function returned it for the module.
     """
     calls, sizes, marked, shared = {}, {}, set(), set()
     for mod in modules:
+        graph = getattr(mod, "graph", None)
+        if graph is not None:  # a cached body's text: its graph, stored with it
+            g_calls, g_sizes, g_marked, g_shared = graph
+            for name in g_calls:
+                if name not in calls:
+                    calls[name], sizes[name] = dict(g_calls[name]), g_sizes[name]
+                    marked.update({name} & set(g_marked))
+                    shared.update({name} & set(g_shared))
+            continue
         for fn in mod.functions:
             if fn.is_declaration or fn.name in calls:
                 continue

@@ -28,7 +28,7 @@ PARTS = {
     "sanitizer": (160, 80, 60),
     "throughput": (120, 90, 60),
     "examples": (150, 90, 600),
-    "latency": (40, 40, 120),
+    "latency": (120, 90, 300),
 }
 MODES = ("full", "quick", "simulate")
 ROOT = Path(__file__).resolve().parents[2]

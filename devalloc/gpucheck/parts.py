@@ -433,28 +433,15 @@ def examples(mode):
 
 
 def latency(mode):
-    """First-call latency (compile + load + first launch) of a one-``alloc`` kernel."""
-    import numpy as np
-    from numba import cuda
+    """First calls (compile + load + first launch) in fresh processes: :mod:`.latency`."""
+    from . import latency as lat
 
-    import devalloc
-
-    from .stress import one_alloc
-
-    heap = devalloc.Heap(1 << 22)
-    sizes = cuda.to_device(np.full(256, 48, np.int64))
-    out = cuda.device_array(256, np.int64)
-    times = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        one_alloc[1, 256](heap.ctx, sizes, out)
-        cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    heap.close()
-    first, later = times[0], statistics.median(times[1:])
-    return result("latency", "info", f"one-alloc kernel: first call {first:.2f} s (compile + "
-                  f"load + launch), later calls {later * 1e3:.2f} ms", first_s=first,
-                  later_s=later)
+    m = lat.measure(EXAMPLES, lat.EXAMPLE_THREADS if mode != "simulate" else 32)
+    summary, problems = lat.summary_and_problems(m)
+    # informative: a missed compile-time target is reported, not a failure
+    return result("latency", "info", summary, first_s=m["cold"]["first_s"],
+                  warm_s=m["warm"]["first_s"], later_s=m["warm"]["later_s"],
+                  examples=m["examples"], problems=problems)
 
 
 PARTS = {"environment": environment, "tests": tests, "stress": stress,

@@ -102,8 +102,13 @@ def markdown(meta, results):
                            f"{_fmt(s['first_call_latency_s'])} |")
             out += [f"- problem: {p}" for p in d.get("problems", [])]
         elif r["part"] == "latency":
-            out.append(f"- first call {d.get('first_s', 0):.3f} s, later calls "
-                       f"{d.get('later_s', 0) * 1e3:.3f} ms")
+            out.append(f"- one-alloc kernel: first call {d.get('first_s', 0):.3f} s on an empty "
+                       f"body cache, {d.get('warm_s', 0):.3f} s in a second process, later "
+                       f"calls {d.get('later_s', 0) * 1e3:.3f} ms")
+            for name, row in (d.get("examples") or {}).items():
+                out.append(f"- {name}: first call {row['first_s']:.3f} s in a second process, "
+                           f"a second run {row['later_s']:.3f} s")
+            out += [f"- problem: {p}" for p in d.get("problems", [])]
         if d.get("traceback"):
             out += ["", "```", d["traceback"][-3000:], "```"]
     return "\n".join(out) + "\n"
