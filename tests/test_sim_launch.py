@@ -124,3 +124,56 @@ def test_uninstall_and_install_again(monkeypatch):
     from numba.cuda.simulator import kernel
 
     assert not getattr(kernel.FakeCUDAKernel.__call__.__wrapped__, "_devalloc_launch", False)
+
+
+
+@cuda.jit
+def k_rotate(out):
+    tmp = cuda.shared.array(128, np.int64)
+    t = cuda.threadIdx.x
+    tmp[t] = t
+    cuda.syncthreads()
+    out[cuda.blockIdx.x, t] = tmp[(t + 1) % 128]
+
+
+@cuda.jit
+def k_two_shared(out):
+    a = cuda.shared.array(32, np.int64)
+    b = cuda.shared.array(32, np.float32)
+    dyn = cuda.shared.array(0, np.float32)
+    t = cuda.threadIdx.x
+    a[t] = t
+    b[t] = 2.0 * t
+    cuda.syncthreads()
+    out[t] = a[31 - t] + b[31 - t] + dyn.size
+
+
+def test_a_blocks_threads_share_one_shared_array_when_they_race():
+    # numba-cuda's simulator made a block's shared array on a look and a
+    # store without a lock: with a short switch interval two threads could
+    # each make one, and a thread read uninitialized memory (the count + scan
+    # twins' scan gave garbage totals about one GPU-check run in two).
+    # devalloc.sim.shared makes the look and the store one step.
+    from numba.cuda.simulator import kernelapi
+
+    from devalloc.sim import shared
+
+    devalloc._load()
+    assert kernelapi.FakeCUDAShared.array is shared._array
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        out = np.zeros((4, 128), np.int64)
+        for _ in range(3):
+            k_rotate[4, 128](out)
+            assert (out == (np.arange(128) + 1) % 128).all()
+    finally:
+        sys.setswitchinterval(old)
+
+
+def test_a_second_shared_array_on_another_line_is_another_array():
+    # per line, as the simulator had it; dynamic shared memory is its own
+    devalloc._load()
+    out = np.zeros(32, np.float64)
+    k_two_shared[1, 32, 0, 64](out)
+    assert (out == 3.0 * (31 - np.arange(32)) + 16).all()

@@ -1,7 +1,8 @@
 """The CUDA simulator's side of devalloc: every read of numba-cuda internals.
 
 Nothing here compiles for a GPU. This module makes every simulated atomic
-kind share one lock: the simulator guards each kind with its own
+kind share one lock (and a block's threads one shared array per line:
+:mod:`.shared`): the simulator guards each kind with its own
 (``addlock``, ``caslock``...), so an ``add`` and a ``cas`` on one word could
 interleave, while on a GPU every atomic on a word is atomic with respect to
 every other, and devalloc mixes kinds on one word. :mod:`.warp` forms warp
@@ -44,9 +45,10 @@ def install():
         )
     for name in LOCK_NAMES:
         setattr(kernelapi, name, ATOMIC_LOCK)
-    from . import launch
+    from . import launch, shared
 
     launch.install()  # launches without a convoy of a block's threads
+    shared.install()  # one shared array per block and line, also when threads race
     return True
 
 

@@ -269,6 +269,19 @@ def _probe_current_device():
     return problems
 
 
+def _probe_shared():
+    shared = getattr(_kernelapi(), "FakeCUDAShared", None)
+    if shared is None or not callable(getattr(shared, "array", None)):
+        return ["kernelapi has no FakeCUDAShared.array"]
+    try:
+        probe = shared(16)
+    except TypeError as e:
+        return [f"FakeCUDAShared(dynshared_size) fails: {e}"]
+    missing = [n for n in ("_allocations", "_dynshared_size", "_dynshared")
+               if not hasattr(probe, n)]
+    return [f"FakeCUDAShared has no {', '.join(missing)}"] if missing else []
+
+
 def _probe_memset():
     driver = importlib.import_module("numba.cuda.cudadrv.driver")
     return [] if callable(getattr(driver, "device_memset", None)) else [
@@ -302,6 +315,10 @@ NEEDS = (
          "swapped_cuda_module) and kernel._kernel_context",
          "devalloc.sim.launch: simulated launches without a convoy", "simulator",
          _probe_launch),
+    Need("numba.cuda.simulator.kernelapi.FakeCUDAShared: array, _allocations (by "
+         "calling line), _dynshared_size, _dynshared",
+         "devalloc.sim.shared: one shared array per block and line", "simulator",
+         _probe_shared),
     Need("numba.cuda.devicearray.FakeCUDAArray and its NumPy array _ary",
          "Heap(memory=...) on the simulator", "simulator",
          _probe_device_array),
