@@ -15,8 +15,9 @@ import typing as _typing
 
 if _typing.TYPE_CHECKING:  # what type checkers see; at run time these load on first use
     from .errors import (DevallocError, HeapClosedError, HeapCorruption, HeapExhausted,
-                         OutOfMemoryError)
+                         NoCudaError, OutOfMemoryError, StaleCtxError)
     from .ctx import Ctx, DebugCtx, ctx_type, debug_ctx_type
+    from .host.capacity import ctx_type_for
     from .host.heap import Heap
     from .host.run import RunResult
     from .layout import ALIGN, NULL, PAGE, SCOPE_NONE
@@ -35,12 +36,14 @@ __all__ = [
     "HeapCorruption",
     "HeapExhausted",
     "NULL",
+    "NoCudaError",
     "ObsCtx",
     "OutOfMemoryError",
     "PAGE",
     "RunResult",
     "Usage",
     "SCOPE_NONE",
+    "StaleCtxError",
     "alloc",
     "alloc_aligned",
     "array",
@@ -49,11 +52,13 @@ __all__ = [
     "carve",
     "carve_end",
     "ctx_type",
+    "ctx_type_for",
     "debug_ctx_type",
     "free",
     "free_array",
     "mark",
     "obs_ctx_type",
+    "offset_of",
     "realloc",
     "release",
     "replay",
@@ -81,6 +86,7 @@ _WHERE = {
     "carve": "device",
     "carve_end": "device",
     "free_array": "device",
+    "offset_of": "device",
     "realloc": "device",
     "usable_size": "device",
     "DebugCtx": "ctx",
@@ -89,6 +95,7 @@ _WHERE = {
     "Heap": "host.heap",
     "replay": "tools.replayer",
     "ctx_type": "ctx",
+    "ctx_type_for": "host.capacity",
     "ObsCtx": "ctx",
     "obs_ctx_type": "ctx",
     "RunResult": "host.run",
@@ -96,6 +103,8 @@ _WHERE = {
     "HeapClosedError": "errors",
     "HeapCorruption": "errors",
     "HeapExhausted": "errors",
+    "NoCudaError": "errors",
+    "StaleCtxError": "errors",
     "OutOfMemoryError": "errors",
     "ClassUsage": "host.stats",
     "Usage": "host.stats",

@@ -61,7 +61,11 @@ def block_alignment(size, ps=L.PAGE_SHIFT):
 
 @register_jitable
 def aligned_request(nbytes, align, ps=L.PAGE_SHIFT):
-    """Return the request whose block is aligned to ``align``, or 0 if none.
+    """Return the request whose block is aligned to ``align``; 0 for 0 bytes, -1 if none.
+
+    -1 (a request ``alloc`` refuses: a failure) for a bad ``align`` or
+    ``nbytes`` < 0 or too large; 0 (an empty request, not a failure) for 0
+    bytes with a good ``align``.
 
     ``align`` must be a power of two from 1 to the heap's page (``2**ps``
     bytes: large blocks start pages, nothing is aligned beyond); the result is
@@ -72,7 +76,9 @@ def aligned_request(nbytes, align, ps=L.PAGE_SHIFT):
     step (which ``align`` then divides). Checked for every size and
     alignment in tests/test_porting.py.
     """
-    if nbytes <= 0 or nbytes > MAX_BYTES or align <= 0 or align > (1 << ps) or align & (align - 1):
+    if nbytes < 0 or nbytes > MAX_BYTES or align <= 0 or align > (1 << ps) or align & (align - 1):
+        return -1
+    if nbytes == 0:
         return 0
     n = (nbytes + align - 1) & ~(align - 1)
     if n < align:
@@ -87,11 +93,14 @@ TOO_BIG = MAX_BYTES + 1
 
 @register_jitable
 def calloc_bytes(count, itemsize):
-    """Return ``count * itemsize``: 0 when either is <= 0, TOO_BIG past MAX_BYTES.
+    """Return ``count * itemsize``: 0 when either is 0, -1 (refused) when either is
+    negative, TOO_BIG past MAX_BYTES.
 
     Never a wrapped product: both factors are checked before multiplying.
     """
-    if count <= 0 or itemsize <= 0:
+    if count < 0 or itemsize < 0:
+        return -1
+    if count == 0 or itemsize == 0:
         return 0
     if count > MAX_BYTES or itemsize > MAX_BYTES or count > MAX_BYTES // itemsize:
         return TOO_BIG

@@ -120,6 +120,65 @@ def _register_model():
 
 _register_model()
 
+class Lease:
+    """Whether kernels may still be launched with a heap's ctx: ended by ``close`` and ``resize``.
+
+    Each build of a heap's memory has one, carried by its metadata array
+    (``_devalloc_lease``): on a GPU the array's Numba type is asked for at
+    every launch (:mod:`devalloc.host.paged`), on the simulator the launch
+    checks its arguments (:func:`check_launch_args`). ``heap`` names the
+    heap in the errors.
+    """
+
+    __slots__ = ("heap", "ended")
+
+    def __init__(self, heap):
+        self.heap = heap
+        self.ended = None  # None, "closed" or "resized"
+
+    def end(self, why):
+        """Refuse later launches: ``why`` is ``"closed"`` or ``"resized"``."""
+        self.ended = why
+
+    def check(self):
+        """Raise HeapClosedError or StaleCtxError if the lease has ended; else nothing."""
+        if self.ended is None:
+            return
+        from .errors import HeapClosedError, StaleCtxError
+
+        if self.ended == "resized":
+            raise StaleCtxError(
+                f"a kernel was launched with a ctx from before {self.heap}.resize(): resize "
+                "replaces the heap's memory; pass heap.ctx again (the new one)")
+        raise HeapClosedError(
+            f"a kernel was launched with the ctx of {self.heap}, which is closed: its memory "
+            "is freed; create a new Heap and pass its heap.ctx")
+
+
+#: The classes of a heap's ctx (what ``heap.ctx`` is, by kind of heap).
+CTX_CLASSES = (Ctx, DebugCtx, ObsCtx)
+
+
+def check_launch_args(args):
+    """Raise if any of a launch's arguments is the ctx of a closed or resized heap.
+
+    One ``isinstance`` per argument, and an attribute read per ctx.
+    """
+    for a in args:
+        if isinstance(a, CTX_CLASSES):
+            lease = getattr(a.meta, "_devalloc_lease", None)
+            if lease is not None and lease.ended is not None:
+                lease.check()
+
+
+def not_a_ctx(value, where="devalloc"):
+    """Return the TypeError for ``value`` passed where a heap's ctx belongs."""
+    what = str(value) if isinstance(value, types.Type) else type(value).__name__
+    return TypeError(
+        f"{where}: the first argument must be a heap's ctx (pass heap.ctx, a "
+        f"devalloc.Ctx, DebugCtx or ObsCtx), got {what}")
+
+
 _BYTES = types.Array(types.uint8, 1, "C")
 _WORDS = types.Array(types.int64, 1, "C")
 _SIZES = types.Array(types.uint16, 1, "C")

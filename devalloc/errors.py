@@ -16,7 +16,36 @@ class OutOfMemoryError(DevallocError, MemoryError):
 
 
 class HeapClosedError(DevallocError, RuntimeError):
-    """A heap was used after ``close()`` (or after its ``with`` block)."""
+    """A heap was used after ``close()`` (or after its ``with`` block).
+
+    Also raised when a kernel is launched with the ``ctx`` of a closed heap:
+    its memory is freed, and may belong to another array.
+    """
+
+
+class StaleCtxError(HeapClosedError):
+    """A kernel was launched with a ``ctx`` from before ``heap.resize()``.
+
+    ``resize`` replaces the heap's memory: pass ``heap.ctx`` again.
+    """
+
+
+class NoCudaError(DevallocError, RuntimeError):
+    """No usable CUDA driver or GPU, and the CUDA simulator is not enabled.
+
+    The message says how to run on the simulator (``NUMBA_ENABLE_CUDASIM=1``)
+    or what to install for a GPU.
+    """
+
+    @classmethod
+    def about(cls, cause: BaseException) -> "NoCudaError":
+        """Return the error for numba-cuda's ``cause`` (its CudaSupportError)."""
+        said = " ".join(str(cause).split()) or type(cause).__name__
+        return cls(f"no usable CUDA driver or GPU here ({said}). To run kernels on the CPU, "
+                   "on the CUDA simulator, set NUMBA_ENABLE_CUDASIM=1 in the environment "
+                   "before numba is imported; for a GPU, install the NVIDIA driver and "
+                   "devalloc's CUDA extra: pip install 'devalloc[cu13]' (driver R580+) or "
+                   "'devalloc[cu12]' (R525+)")
 
 
 class HeapExhausted(DevallocError):

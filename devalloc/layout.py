@@ -299,6 +299,9 @@ S_SCOPE_MISUSE = 2
 S_SCOPE_CHUNKS = 3   # chunks ever taken (subtracted from allocs)
 S_SCOPE_LIVE = 4     # chunks held now (subtracted from live blocks)
 S_SCOPE_BYTES = 5    # their reserved bytes (subtracted from in_use)
+#: Requests for 0 bytes (``alloc``, ``bump``, ``scoped``, an empty ``array``):
+#: NULL as documented, counted apart from ``S_FAILED`` (the heap could serve).
+S_EMPTY = 6
 #: The most hint slots a class may spread over: log2, written at reset
 #: (:func:`spread_log_max`; the heap's pages and the GPU's SM count bound it).
 H_SPREAD_MAX = 6

@@ -111,8 +111,7 @@ def test_report_markdown_and_summary():
     md = R.markdown(meta, results)
     assert "| stress | FAIL | stress said failed |" in md
     assert "- problem: room: 1 NULLs" in md
-    lines = R.summary_lines(results, "verdict")
-    assert lines[-1] == "verdict" and "FAIL" in lines[1]
+    assert R.part_line(results[1]).split()[:2] == ["stress", "FAIL"]
     assert R.slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
 
 
@@ -146,6 +145,10 @@ def test_simulate_runs_every_part_and_writes_the_report(tmp_path):
     assert tight["nulls"] > 0 and tight["bad_blocks"] == 0
     assert "Verdict: passed" in md.read_text()
     assert md.with_suffix(".log").exists()
+    # each part's line once (as it ends), then the verdict
+    lines = p.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines[:-1]] == list(status)
+    assert lines[-1].startswith("passed: every verification part passed; report: ")
 
 
 COMPILE_STRESS = """
@@ -240,3 +243,28 @@ def test_latency_report_lists_cold_warm_and_each_example():
     assert "first call 5.000 s on an empty body cache, 1.500 s in a second process" in md
     assert "- ragged_walks: first call 1.750 s in a second process, a second run 0.250 s" in md
     assert "- problem: x: slow" in md
+
+
+def test_the_tests_part_names_a_missing_pytest(monkeypatch):
+    from devalloc.gpucheck import parts
+
+    real = parts._version
+    monkeypatch.setattr(parts, "_version", lambda d: None if d == "pytest" else real(d))
+    r = parts.tests("simulate")
+    assert r["status"] == "failed"
+    assert r["summary"].startswith("cannot start: pytest is not installed here")
+    assert "devalloc[test]" in r["summary"]
+
+
+def test_a_part_that_cannot_start_says_what_its_process_said(tmp_path, monkeypatch):
+    from devalloc.gpucheck import __main__ as M
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'numba'\"\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(M.sys, "executable", str(fake))
+    with open(tmp_path / "log", "w") as log:
+        r = M.run_part("environment", "simulate", 30, log)
+    assert r["status"] == "failed"
+    assert r["summary"] == ("could not start or finish: its process exited 3 without a result "
+                            "(ModuleNotFoundError: No module named 'numba')")

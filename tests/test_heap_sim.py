@@ -603,11 +603,12 @@ def test_alloc_rejects_bad_sizes():
     bad = [0, -5, heap.capacity + 1, heap.capacity + L.PAGE, 2**40]
     offs = alloc_write(heap, [1])  # something live, to see nothing changes
     before = heap.usage()
-    for k, n in enumerate(bad, 1):
+    for k, n in enumerate(bad):
         out = np.full(1, -99, np.int64)
         k_alloc_scalar[1, 1](heap.ctx, n, out)
         assert out[0] == NULL, n
-        assert_same_usage(heap.usage(), dataclasses.replace(before, failed=k))
+        # 0 bytes (the first) is an empty request; the others are failures
+        assert_same_usage(heap.usage(), dataclasses.replace(before, failed=k, empty_requests=1))
     assert verify(heap, [1], offs) == []
 
 
@@ -883,10 +884,12 @@ def test_reset_clears_usage_and_reuses_offsets():
     assert offs1[0] == 0
     assert offs1[3] == (heap.npages - L.pages_for(200_000)) * L.PAGE
     out = np.full(1, -99, np.int64)
-    k_alloc_scalar[1, 1](heap.ctx, 0, out)  # a failure, to be cleared too
+    k_alloc_scalar[1, 1](heap.ctx, -1, out)  # a failure, to be cleared too
+    k_alloc_scalar[1, 1](heap.ctx, 0, out)  # an empty request, to be cleared too
     k_serial_free[1, 1](heap.ctx, np.array([offs1[1], 12345], np.int64))
     u = heap.usage()
     assert (u.allocs, u.frees, u.failed, u.invalid_frees) == (6, 1, 1, 1)
+    assert u.empty_requests == 1
     heap.reset()
     assert_same_usage(heap.usage(), zero_usage(heap))
     offs2 = alloc_write(heap, sizes)

@@ -145,10 +145,12 @@ def test_mixed_atomic_kinds_lose_no_update(fine_interleaving):
 PUBLIC = {
     # host
     "Heap", "Ctx", "DebugCtx", "ObsCtx", "ctx_type", "debug_ctx_type", "obs_ctx_type",
+    "ctx_type_for",
     "RunResult", "replay",
     "Usage", "ClassUsage",
     # errors
-    "DevallocError", "HeapClosedError", "HeapCorruption", "HeapExhausted",
+    "DevallocError", "HeapClosedError", "HeapCorruption", "HeapExhausted", "StaleCtxError",
+    "NoCudaError",
     "OutOfMemoryError",
     # constants
     "ALIGN", "NULL", "PAGE", "SCOPE_NONE",
@@ -156,7 +158,7 @@ PUBLIC = {
     "alloc", "free", "view", "bump", "mark", "release", "scoped",
     # device: the porting API (docs/porting.md)
     "array", "free_array", "calloc", "realloc", "usable_size", "alloc_aligned", "carve",
-    "carve_end",
+    "carve_end", "offset_of",
 }
 
 
@@ -280,3 +282,25 @@ def test_first_kernel_using_a_device_name_compiles_for_the_gpu(name):
     )
     unknown = [line for line in proc.stderr.splitlines() if "Unknown attribute" in line]
     assert proc.returncode == 0 and proc.stdout.strip() == "compiled", unknown or proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("capacity,page", [(1 << 20, "auto"), (1 << 26, "auto"), (None, 4096),
+                                           (None, None)])
+def test_ctx_type_for_names_the_page_a_heap_would_get(capacity, page):
+    # ahead of time, for any page and kind (issue 51): the page Heap works out
+    import devalloc.ctx as C
+
+    t = devalloc.ctx_type_for(capacity, page=page)
+    want = devalloc.Heap(capacity or 1 << 20, page=page).page_shift
+    assert t.types[1].page_shift == want and t.instance_class is devalloc.Ctx
+    assert devalloc.ctx_type_for(capacity, page=page, debug=True).instance_class is C.DebugCtx
+    assert devalloc.ctx_type_for(capacity, page=page, observed=True).instance_class is C.ObsCtx
+
+
+def test_ctx_type_for_says_what_is_wrong():
+    with pytest.raises(TypeError, match=r"needs the capacity"):
+        devalloc.ctx_type_for(page="auto")
+    with pytest.raises(ValueError, match="power of two"):
+        devalloc.ctx_type_for(page=3000)
+    with pytest.raises(TypeError, match="debug= must be True or False"):
+        devalloc.ctx_type_for(debug=1)

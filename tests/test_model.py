@@ -102,7 +102,7 @@ class PageModel:
     def reset(self):
         self.pages = [None] * self.npages  # None | ("slab", c, slots) | ("head", k) | "tail"
         self.live = {}  # offset -> (requested bytes, key)
-        self.allocs = self.frees = self.failed = self.invalid = 0
+        self.allocs = self.frees = self.failed = self.invalid = self.empty = 0
         self.peak = 0
 
     def held(self):
@@ -126,7 +126,10 @@ class PageModel:
         if off == NULL:
             if self.room(n):
                 return f"alloc({n}) returned NULL but the heap had room"
-            self.failed += 1
+            if n == 0:
+                self.empty += 1  # 0 bytes: NULL, not a failure
+            else:
+                self.failed += 1
             return None
         if not self.room(n):
             return f"alloc({n}) returned {off} but the heap was full"
@@ -201,6 +204,7 @@ class PageModel:
             allocs=self.allocs,
             frees=self.frees,
             failed=self.failed,
+            empty_requests=self.empty,
             invalid_frees=self.invalid,
             live_blocks=len(self.live),
             classes=classes,

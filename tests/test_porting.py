@@ -41,13 +41,16 @@ def test_aligned_request_gives_an_aligned_class_for_every_size(align):
 
 def test_aligned_request_refuses_bad_alignments():
     for align in (0, -16, 3, 48, 2 * L.PAGE):
-        assert B.aligned_request(100, align) == 0
-    assert B.aligned_request(0, 16) == 0
+        assert B.aligned_request(100, align) == -1  # refused: a failure
+        assert B.aligned_request(0, align) == -1  # a bad alignment, even for 0 bytes
+    assert B.aligned_request(0, 16) == 0  # nothing to serve: an empty request
+    assert B.aligned_request(-1, 16) == -1
 
 
 def test_calloc_and_array_bytes_never_wrap():
     assert B.calloc_bytes(10, 8) == 80
-    assert B.calloc_bytes(0, 8) == 0 and B.calloc_bytes(3, -1) == 0
+    assert B.calloc_bytes(0, 8) == 0 and B.calloc_bytes(3, 0) == 0  # empty requests
+    assert B.calloc_bytes(3, -1) == -1 and B.calloc_bytes(-3, 0) == -1  # refused
     assert B.calloc_bytes(1 << 62, 4) == B.TOO_BIG  # wraps to 0 in int64
     assert B.calloc_bytes(1 << 32, 1 << 32) == B.TOO_BIG
     assert B.array_bytes(3, 4, 5, 8) == 480
@@ -369,7 +372,9 @@ def test_calloc_overflow_or_nonpositive_is_null(count, itemsize):
     out = cuda.to_device(np.zeros(2, dtype=np.int64))
     k_calloc[1, 1](heap.ctx, count, itemsize, out)
     assert out.copy_to_host()[0] == NULL
-    assert heap.usage().failed == 1
+    u = heap.usage()
+    # 0 items: an empty request, not a failure
+    assert (u.failed, u.empty_requests) == ((0, 1) if 0 in (count, itemsize) else (1, 0))
 
 
 #: A chain of sizes: within a class, across classes up and down, into large
@@ -414,7 +419,9 @@ def test_realloc_failure_leaves_the_old_block(kw, first, second):
     assert off != NULL and off2 == NULL and good == 1
     assert usable == (first if kw.get("debug") else B.served_size(first))
     u = heap.usage()
-    assert u.failed == 1 and u.in_use == 0 and u.invalid_frees == 0
+    # realloc to 0 bytes: NULL (free with free), an empty request, not a failure
+    assert (u.failed, u.empty_requests) == ((0, 1) if second == 0 else (1, 0))
+    assert u.in_use == 0 and u.invalid_frees == 0
     if kw.get("debug"):
         heap.check()
 
@@ -516,3 +523,56 @@ def test_realloc_in_place_takes_no_atomic(first, second, moves):
     old, new = offs.copy_to_host().tolist()
     assert (new != old) == moves
     assert (n.total > 0) == moves, n.by_kind
+
+
+# ------------------------------------------------ offset_of (issue 51)
+
+@cuda.jit
+def k_offset_of(ctx, out):
+    a = devalloc.array(ctx, (3, 4), np.float32)
+    out[0] = devalloc.offset_of(ctx, a)
+    inner = devalloc.view(ctx, out[0] + 16, 2, np.int32)
+    out[1] = devalloc.offset_of(ctx, inner)
+    out[2] = devalloc.usable_size(ctx, out[0])
+    empty = devalloc.array(ctx, 0, np.float32)
+    out[3] = devalloc.offset_of(ctx, empty)
+    devalloc.free(ctx, out[0])  # the array's block, freed through its offset
+
+
+@pytest.mark.parametrize("kw", HEAPS, ids=HEAP_IDS)
+def test_offset_of_gives_an_arrays_block(kw):
+    heap = devalloc.Heap(1 << 16, **kw)
+    out = cuda.to_device(np.zeros(4, np.int64))
+    k_offset_of[1, 1](heap.ctx, out)
+    off, inner, usable, empty = out.copy_to_host().tolist()
+    assert off != NULL and off % 16 == 0 and inner == off + 16
+    assert usable >= 48 and empty == NULL
+    u = heap.usage()
+    assert u.in_use == 0 and u.invalid_frees == 0 and u.failed == 0
+    if kw.get("debug"):
+        heap.check()
+
+
+OFFSET_OF_SM90 = """
+import json
+import numpy as np
+from numba import cuda, types
+import devalloc
+from devalloc.tools import aot
+
+def k(ctx, n, out):
+    a = devalloc.array(ctx, n, np.float64)
+    out[0] = devalloc.offset_of(ctx, a)
+    devalloc.free(ctx, out[0])
+
+ptx, _ = aot.compile_ptx(k, (devalloc.ctx_type, types.int64, types.int64[::1]))
+r = aot.assemble(ptx)
+print(json.dumps({"spill": r.spill_bytes, "registers": r.registers}))
+"""
+
+
+def test_offset_of_compiles_for_sm90():
+    import cuda_target
+
+    r = cuda_target.last_json(OFFSET_OF_SM90)
+    assert r["spill"] == 0 and r["registers"] <= 48

@@ -18,8 +18,8 @@ of this; the shared formats are in :mod:`devalloc.layout`.
 """
 
 from .api import alloc, bump, free, mark, release, scoped
-from .porting import (alloc_aligned, array, calloc, carve, carve_end, free_array, realloc,
-                      usable_size, view)
+from .porting import (alloc_aligned, array, calloc, carve, carve_end, free_array, offset_of,
+                      realloc, usable_size, view)
 
 #: The modules of the device package, for the interleaving explorer.
 MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "kinds", "chunks",
@@ -27,4 +27,5 @@ MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "k
            "outline_choice", "bodies")
 
 __all__ = ["alloc", "alloc_aligned", "array", "bump", "calloc", "carve", "carve_end", "free",
-           "free_array", "mark", "realloc", "release", "scoped", "usable_size", "view"]
+           "free_array", "mark", "offset_of", "realloc", "release", "scoped", "usable_size",
+           "view"]

@@ -120,7 +120,8 @@ def bump(ctx, nbytes):
     the lanes of a group sync with their leader after it.
 
     :returns: the offset, or ``devalloc.NULL`` if ``nbytes <= 0``, if it is
-        larger than the arena, or if the heap is full; counted in ``failed``.
+        larger than the arena, or if the heap is full; counted in ``failed``
+        (0 bytes: in ``empty_requests``).
     """
     meta = ctx.meta
     npages = _npages(ctx)
@@ -157,7 +158,7 @@ def bump(ctx, nbytes):
             if base != L.NULL:
                 off = base + int64(uint32(rank * size))  # < a chunk: 32 bits
     if off == L.NULL:
-        _count(meta, L.S_FAILED)
+        _count(meta, L.S_EMPTY if n == 0 else L.S_FAILED)
     return off
 
 

@@ -65,12 +65,13 @@ def alloc(ctx, nbytes):
 
     :returns: the offset, or ``devalloc.NULL`` if ``nbytes <= 0``, if it is
         larger than the arena, or if no space is found; NULL results are
-        counted in ``failed``.
+        counted in ``failed``, but for 0 bytes, counted in
+        ``empty_requests`` (nothing to serve is not a failure).
     """
     meta = ctx.meta
     off = _alloc_uncounted(meta, _npages(ctx), nbytes, _prof_of(ctx))
     if off == L.NULL:
-        _count(meta, L.S_FAILED)
+        _count(meta, L.S_EMPTY if int64(nbytes) == 0 else L.S_FAILED)
     return off
 
 

@@ -179,7 +179,7 @@ def offset_of(typingctx, ctx, arr):
     NULL (it holds no block).
     """
     if not isinstance(arr, types.Array):
-        raise TypingError(f"devalloc.free_array: expected an array, got {arr}")
+        raise TypingError(f"devalloc.offset_of: expected an array, got {arr}")
     arena_ty = ctx[0]
     sig = types.int64(ctx, arr)
 

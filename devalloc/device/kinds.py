@@ -10,7 +10,7 @@ path carries no other branch. Host code; no device function lives here.
 
 from numba import types
 
-from ..ctx import DebugCtx, ObsCtx
+from ..ctx import CTX_CLASSES, DebugCtx, ObsCtx, not_a_ctx
 
 _NORMAL, _DEBUG, _OBSERVED = 0, 1, 2
 
@@ -20,10 +20,19 @@ def _kind_of_class(cls):
 
 
 def _kind(ctx):
+    """The kind of ``ctx`` (simulator: at call time); TypeError if it is not a heap's ctx."""
+    if type(ctx) not in CTX_CLASSES:
+        raise not_a_ctx(ctx)
     return _kind_of_class(type(ctx))
 
 
 def _kind_of_type(ctx):
-    if isinstance(ctx, types.NamedTuple):
+    """The kind of a ctx of Numba type ``ctx`` (GPU: while a kernel is typed).
+
+    TypeError (it reaches the caller of the compilation as it is: Numba
+    passes on exceptions that are not its own) when ``ctx`` is not a
+    heap's ctx: an array, a tuple, None.
+    """
+    if isinstance(ctx, types.NamedTuple) and ctx.instance_class in CTX_CLASSES:
         return _kind_of_class(ctx.instance_class)
-    return _NORMAL
+    raise not_a_ctx(ctx)

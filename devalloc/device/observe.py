@@ -58,10 +58,13 @@ def _record(ctx, seq, op, nbytes, off):
 
 @cuda.jit(device=True)
 def _failed(ctx, nbytes, most):
-    """Count the cause of a NULL for a request of ``nbytes`` (at most ``most`` served)."""
-    if ctx.prof.shape[0] == 0:
-        return
+    """Count the cause of a NULL for a request of ``nbytes`` (at most ``most`` served).
+
+    A request for 0 bytes is no failure (``empty_requests``): not counted.
+    """
     n = int64(nbytes)
+    if ctx.prof.shape[0] == 0 or n == 0:
+        return
     k = L.P_FAILED_NO_PAGE
     if n <= 0:
         k = L.P_FAILED_NONPOSITIVE

@@ -247,9 +247,9 @@ def calloc(ctx, count, itemsize):
 
     Any thread may call. ``alloc``'s atomics, then plain stores zeroing the
     bytes (8 at a time). NULL (counted in ``failed``, as ``alloc``'s) when
-    ``count`` or ``itemsize`` is <= 0, when the product overflows (it is
+    ``count`` or ``itemsize`` is < 0, when the product overflows (it is
     checked before multiplying: never a short block), or when no space is
-    found.
+    found; NULL counted in ``empty_requests`` when either is 0.
     """
     n = B.calloc_bytes(int64(count), int64(itemsize))
     off = api.alloc(ctx, n)
@@ -266,8 +266,9 @@ def _aligned_normal(ctx, nbytes, align):
 @cuda.jit(device=True)
 def _aligned_debug(ctx, nbytes, align):
     n = int64(nbytes)
-    inner = int64(0)
-    if n > 0:
+    # -1 refused (a bad align, n < 0), 0 for 0 bytes, as the normal heap's
+    inner = B.aligned_request(n, int64(align), _pshift(ctx.meta))
+    if inner > 0:
         inner = B.aligned_request(max(n + L.GUARD, L.DEBUG_MIN_BLOCK), int64(align),
                                    _pshift(ctx.meta))
     return debug.alloc_inner(ctx, n, inner)
@@ -307,10 +308,16 @@ def alloc_aligned(ctx, nbytes, align):
 
 @cuda.jit(device=True)
 def _alloc_array(ctx, n):
-    """``alloc(n)``, except that 0 bytes (an empty shape) is NULL, not a failure."""
-    if n == 0:
-        return int64(L.NULL)
+    """``alloc(n)``: 0 bytes (an empty shape) is NULL, counted as ``alloc(ctx, 0)`` is."""
     return api.alloc(ctx, n)
+
+
+#: ``offset_of(ctx, arr)``: the byte offset in the heap of ``arr``'s first
+#: item, NULL for an empty array. No memory access. The offset of a
+#: ``devalloc.array`` is its block's: for ``free``, ``realloc``,
+#: ``usable_size`` or ``heap.gather`` (docs/porting.md); of a ``view`` or
+#: ``carve`` inside a block, where that field starts.
+offset_of = _offset_of
 
 
 @cuda.jit(device=True)

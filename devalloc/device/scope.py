@@ -242,7 +242,7 @@ def scoped(ctx, s, nbytes):
         _count(meta, L.S_FAILED)
         return int64(L.NULL), s
     if n <= 0 or n > L.SCOPE_MAX_CHUNK - L.SCOPE_HEADER:
-        _count(meta, L.S_FAILED)
+        _count(meta, L.S_EMPTY if n == 0 else L.S_FAILED)  # 0 bytes: not a failure
         return int64(L.NULL), s
     size = _lo32(L.align_up(n))  # < SCOPE_MAX_CHUNK: 32 bits
     chunk = L.scope_chunk(s)

@@ -57,6 +57,7 @@ def run_part(name, mode, limit, log):
         t0 = time.perf_counter()
         log.write(f"\n===== {name} ({mode}, limit {limit} s)\n")
         log.flush()
+        start = log.tell()
         try:
             p = subprocess.run(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                timeout=limit)
@@ -69,9 +70,23 @@ def run_part(name, mode, limit, log):
         elif out.exists():
             res = json.loads(out.read_text())
         else:
-            res = R_result(name, "failed", f"the part's process exited {rc} without a result")
+            said = _last_line(log, start)
+            res = R_result(name, "failed", f"could not start or finish: its process exited "
+                                           f"{rc} without a result" + (f" ({said})" if said else ""))
     res["seconds"] = round(seconds, 1)
     return res
+
+
+def _last_line(log, start):
+    # The last line a part's process wrote to the log after offset start.
+    log.flush()
+    try:
+        with open(log.name, errors="replace") as f:
+            f.seek(start)
+            lines = [line.strip() for line in f.read().splitlines() if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
 
 
 def R_result(part, status, summary):
@@ -139,8 +154,7 @@ def main(argv=None):
         for name in a.parts:
             res = run_part(name, mode, PARTS[name][index], log)
             results.append(res)
-            print(f"{name:<12} {R.MARK.get(res['status'], res['status']):<8} {res['summary']}",
-                  flush=True)
+            print(R.part_line(res), flush=True)
             if name == "environment" and mode != "simulate" and res["data"].get("gpu"):
                 meta["gpu"] = res["data"]["gpu"]
                 stem = f"gpu-{R.slug(meta['gpu'])}-{date}" + ("-quick" if mode == "quick"
@@ -158,7 +172,7 @@ def main(argv=None):
                                               if r["status"] == "failed" and
                                               r["part"] in R.VERIFICATION))
     md = write_report(out_dir, meta, results)
-    print("\n".join(R.summary_lines(results, f"{meta['verdict']}; report: {md}")))
+    print(f"{meta['verdict']}; report: {md}")  # (each part's line is printed as it ends)
     return EXIT_PASSED if ok else EXIT_FAILED
 
 

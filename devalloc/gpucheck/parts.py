@@ -119,6 +119,9 @@ def tests(mode):
     folder = ROOT / "tests"
     if not (folder / "conftest.py").exists():
         return result("tests", "skipped", "no tests/ folder: run from a checkout of devalloc")
+    if not _version("pytest"):  # the README's main command installs no test tools
+        return result("tests", "failed", "cannot start: pytest is not installed here "
+                      "(pip install 'devalloc[test]' in this environment, then run again)")
     files = {"simulate": SIM_TEST_FILES, "quick": QUICK_TEST_FILES}.get(mode, TEST_FILES)
     files = [str(folder / f) for f in files if (folder / f).exists()]
     env = dict(os.environ)

@@ -22,12 +22,9 @@ def slug(text):
     return out.strip("-") or "unknown"
 
 
-def summary_lines(results, verdict_line):
-    """Return the one-screen summary: a line per part, then the verdict."""
-    width = max(len(r["part"]) for r in results)
-    lines = [f"{r['part']:<{width}}  {MARK.get(r['status'], r['status']):<8} {r['summary']}"
-             for r in results]
-    return lines + [verdict_line]
+def part_line(r, width=12):
+    """Return a part's line of the summary the check prints as each part ends."""
+    return f"{r['part']:<{width}} {MARK.get(r['status'], r['status']):<8} {r['summary']}"
 
 
 def _md_escape(s):

@@ -2,7 +2,8 @@
 
 Pure arithmetic over :mod:`devalloc.layout` (no device): what ``Heap(capacity)``,
 ``Heap(memory=...)``, ``Heap.run(ceiling=...)`` and ``distributed.attach``
-accept, and the exception that says why when they do not.
+accept (and ``spread=``, the hint slots it may use), and the exception that
+says why when they do not.
 """
 
 import numbers
@@ -104,3 +105,37 @@ def check_page(page, capacity):
     if page < L.PAGE_MIN or page > L.PAGE or page & (page - 1):
         raise ValueError(f"page= must be {allowed}, got {page}")
     return L.floor_log2(page)
+
+
+def check_spread(spread):
+    """Return ``spread`` (None or a positive int), or raise saying why."""
+    if spread is None:
+        return None
+    if isinstance(spread, (bool, np.bool_)) or not isinstance(spread, numbers.Integral):
+        raise TypeError(f"spread= must be a positive integer (hint slots) or None, "
+                        f"got {type(spread).__name__}: {spread!r}")
+    if spread < 1:
+        raise ValueError(f"spread= must be at least 1 (one hint slot per class), got {spread}")
+    return int(spread)
+
+
+def ctx_type_for(capacity=None, *, page=None, debug=False, observed=False, outline=None):
+    """Return the Numba type of ``Heap(capacity, page=page, debug=debug, ...).ctx``.
+
+    For compiling kernels ahead of time (``devalloc.tools.aot.compile_ptx``)
+    for a heap made with those options: ``page`` as ``Heap(page=)`` (None,
+    a power of two, or ``"auto"``, which needs the ``capacity`` the heap
+    will be made with), ``observed`` for a heap with ``profile=True`` or
+    ``trace=``, ``outline`` as ``Heap(outline=)``. The same checks and
+    errors as ``Heap``'s for ``page``.
+    """
+    from ..ctx import ctx_type_for as by_shift
+
+    if page == "auto" and capacity is None:
+        raise TypeError("ctx_type_for(page='auto') needs the capacity the heap will be made "
+                        "with: ctx_type_for(capacity, page='auto')")
+    for name, flag in (("debug", debug), ("observed", observed)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name}= must be True or False, got {type(flag).__name__}: {flag!r}")
+    kind = "observed" if observed else "debug" if debug else "normal"
+    return by_shift(check_page(page, capacity), kind, outline)

@@ -19,8 +19,9 @@ KINDS = {
 class Record:
     """One misuse: its kind, the block offset, and who did it (if known).
 
-    ``block`` and ``thread`` are linear indices within the launch that
-    freed the block; -1 when the host found it (``check``), not a thread.
+    ``block`` and ``thread`` are the CUDA block and the thread in it (linear
+    indices within the launch) that freed the heap block; -1 when the host
+    found it (``check``), not a thread.
     """
 
     kind: str
@@ -32,7 +33,8 @@ class Record:
     note: str = ""
 
     def __str__(self) -> str:
-        who = f"block {self.block}, thread {self.thread}" if self.block >= 0 else "found by check()"
+        who = (f"CUDA block {self.block}, thread {self.thread}" if self.block >= 0
+               else "found by check()")
         size = f" (requested {self.size} B)" if self.size >= 0 else ""
         note = f" ({self.note})" if self.note else ""
         return f"{self.kind} at offset {self.offset}{size}{note}: {who}"

@@ -32,26 +32,14 @@ from numba import config, cuda
 
 from .. import layout as L
 from ..ctx import Ctx, DebugCtx, ObsCtx, ctx_type, debug_ctx_type  # noqa: F401 (re-exported)
-from ..ctx import OUTLINE_DEFAULT, is_outline_choice, outline_option
-from ..errors import HeapClosedError, OutOfMemoryError
+from ..ctx import OUTLINE_DEFAULT, Lease, is_outline_choice, outline_option
+from ..errors import HeapClosedError, NoCudaError, OutOfMemoryError
 from . import observed
 from .paged import paged_meta
 from .capacity import ALIGN_SLACK, MIN_MEMORY, check_capacity  # noqa: F401 (re-exported)
-from .capacity import check_page
+from .capacity import check_page, check_spread
 from .reading import Reading
 from .run import RunResult, Running  # noqa: F401 (re-exported)
-
-
-def _check_spread(spread):
-    """Return ``spread`` (None or a positive int), or raise saying why."""
-    if spread is None:
-        return None
-    if isinstance(spread, (bool, np.bool_)) or not isinstance(spread, numbers.Integral):
-        raise TypeError(f"spread= must be a positive integer (hint slots) or None, "
-                        f"got {type(spread).__name__}: {spread!r}")
-    if spread < 1:
-        raise ValueError(f"spread= must be at least 1 (one hint slot per class), got {spread}")
-    return int(spread)
 
 
 def free_index_template(npages):
@@ -138,6 +126,11 @@ _PASS_CTX = (
 )
 
 
+#: What ``_build`` makes: ``resize`` keeps them to put back if it fails.
+_BUILT = ("_arena", "_meta", "_debug", "_sizes", "_prof", "_trace", "_ctx", "_other",
+          "requested", "npages", "_index", "_spread_max", "page_shift", "_lease", "spread")
+
+
 class Heap(Reading, Running):
     """A device heap of ``capacity`` bytes that kernels allocate from.
 
@@ -195,7 +188,7 @@ class Heap(Reading, Running):
                  page: int | str | None = None, outline: bool | str | None = None) -> None:
         self.stream = _check_stream(stream, "stream=")
         self.outline = outline_option(outline)  # None: the process default
-        self._sms = _check_spread(spread)
+        self._sms = check_spread(spread)
         self.device = device
         if not isinstance(debug, (bool, np.bool_)):
             raise TypeError(f"debug= must be True or False, got {type(debug).__name__}: {debug!r}")
@@ -206,8 +199,13 @@ class Heap(Reading, Running):
         self._closed = False
         if memory is None and capacity is None:
             raise TypeError("Heap() needs a capacity in bytes, or memory=")
-        with self._on_device():
-            self._build(capacity)
+        try:
+            with self._on_device():
+                self._build(capacity)
+        except Exception as e:  # numba-cuda's CudaSupportError: no driver, no GPU
+            if type(e).__name__ != "CudaSupportError":
+                raise
+            raise NoCudaError.about(e) from e
 
     # ------------------------------------------------------------ building
     def _on_device(self):
@@ -256,7 +254,8 @@ class Heap(Reading, Running):
         self.requested = capacity
         #: log2 of the page size (kernels read it from the metadata's type or length).
         self.page_shift = ps
-        self._meta = paged_meta(self._meta, ps, self.outline)
+        self._lease = Lease(f"Heap(capacity={capacity})")  # (ends with close, resize)
+        self._meta = paged_meta(self._meta, ps, self.outline, self._lease)
         self._other = {}  # ctx_with's ctxs of the other outline choices, made on first use
         self.npages = self._arena.size >> ps
         # The free-page index starts with every page free: kept on the device
@@ -348,7 +347,7 @@ class Heap(Reading, Running):
             return self._ctx
         if outline not in self._other:  # (made once per choice and build)
             self._other[outline] = self._ctx._replace(
-                meta=paged_meta(self._meta, self.page_shift, outline))
+                meta=paged_meta(self._meta, self.page_shift, outline, self._lease))
         return self._other[outline]
 
     @property
@@ -451,22 +450,21 @@ class Heap(Reading, Running):
         ``heap.outline`` stays (a ``ctx_with`` ctx changes too: ask again).
         """
         self._live()
-        old = (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-               self._ctx, self._other, self.requested, self.npages, self._index,
-               self._spread_max, self.page_shift)
+        old = {name: getattr(self, name) for name in _BUILT}
         try:
             with self._on_device():
                 self._build(capacity)
         except Exception:
-            (self._arena, self._meta, self._debug, self._sizes, self._prof, self._trace,
-             self._ctx, self._other, self.requested, self.npages, self._index,
-             self._spread_max, self.page_shift) = old
+            for name, value in old.items():
+                setattr(self, name, value)
             raise
+        old["_lease"].end("resized")  # the old ctx is refused at launch from now on
 
     def close(self) -> None:
         """Release the heap's device memory (not ``memory=``'s). Idempotent."""
         if not self._closed:
             self._closed = True
+            self._lease.end("closed")  # launches with any of its ctxs are refused
             self._arena = self._meta = self._ctx = self._other = self._debug = None
             self._sizes = self._prof = self._trace = None
             self._index = self._spread_max = None

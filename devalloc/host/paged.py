@@ -16,7 +16,7 @@ from .. import layout as L
 from ..ctx import outline_option
 
 
-def paged_meta(meta, ps, outline=None):
+def paged_meta(meta, ps, outline=None, lease=None):
     """Return the metadata array ``meta`` typed with its heap's page (:class:`ctx.PagedMeta`).
 
     Kernels given the heap's ``ctx`` then compile with the page as a
@@ -25,14 +25,18 @@ def paged_meta(meta, ps, outline=None):
     devalloc.ctx.OUTLINE_DEFAULT). The same device memory, no
     copy. On the simulator, which does not type arguments, ``meta`` itself
     (the device code reads the page from the length there, and is the same
-    Python code either way).
+    Python code either way). ``lease``: the heap's :class:`devalloc.ctx.Lease`,
+    checked at every launch (here in the array's Numba type, which the
+    launch asks for; on the simulator by the launch itself).
     """
     if config.ENABLE_CUDASIM:
+        meta._devalloc_lease = lease
         return meta
     paged = paged_array_class()(meta.shape, meta.strides, meta.dtype, stream=meta.stream,
                                  gpu_data=meta.gpu_data)
     paged.page_shift = ps
     paged.outline = outline_option(outline)
+    paged._devalloc_lease = lease
     return paged
 
 
@@ -48,9 +52,16 @@ def paged_array_class():
 
         page_shift = L.PAGE_SHIFT
         outline = False
+        _devalloc_lease = None
 
         @property
         def _numba_type_(self):
+            # Asked for at every launch (numba-cuda types a tuple argument
+            # in Python each time): a closed or resized heap's ctx is
+            # refused here, before the kernel runs.
+            lease = self._devalloc_lease
+            if lease is not None and lease.ended is not None:
+                lease.check()
             return PagedMeta(self.page_shift, self.outline)
 
     return PagedMetaArray

@@ -112,6 +112,8 @@ def format_usage(usage, title="heap usage"):
         count_rows.append(("bump allocs", usage.bump_allocs))
     if usage.scope_misuse:
         count_rows.append(("scope misuse", usage.scope_misuse))
+    if usage.empty_requests:
+        count_rows.append(("0-byte requests", usage.empty_requests))
     label_w = max(len(name) for name, _ in byte_rows + count_rows)
     num_w = max(len(str(int(v))) for _, v in byte_rows + count_rows)
     lines = [title]

@@ -74,6 +74,9 @@ class Usage:
     #: The heap's page size in bytes (``Heap(page=)``): slabs and large
     #: blocks hold whole pages of it.
     page: int = L.PAGE
+    #: Requests for 0 bytes (``alloc``, ``bump``, ``scoped``, an empty
+    #: ``array``): NULL, as documented, but not counted in ``failed``.
+    empty_requests: int = 0
 
     def suggest_capacity(self, headroom: float = 0.25) -> int:
         """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.
@@ -172,6 +175,7 @@ def usage_from_meta(meta: Any, npages: int) -> Usage:
     failed = int(sum(meta[w + L.S_FAILED] for w in stripes))
     invalid = int(sum(meta[w + L.S_INVALID] for w in stripes))
     misuse = int(sum(meta[w + L.S_SCOPE_MISUSE] for w in stripes))
+    empty = int(sum(meta[w + L.S_EMPTY] for w in stripes))
     # Scoped chunks are blocks too; take them out of the alloc/free figures.
     chunks = int(sum(meta[w + L.S_SCOPE_CHUNKS] for w in stripes))
     chunks_live = int(sum(meta[w + L.S_SCOPE_LIVE] for w in stripes))
@@ -196,6 +200,7 @@ def usage_from_meta(meta: Any, npages: int) -> Usage:
         large_blocks=large_live,
         scoped_chunks=chunks_live,
         page=page,
+        empty_requests=empty,
     )
 
 

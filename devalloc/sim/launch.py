@@ -40,6 +40,8 @@ import functools
 import sys
 import threading
 
+from ..ctx import check_launch_args
+
 #: None: a launch runs with the caller's thread switch interval. A number
 #: of seconds: the longest interval a launch runs with (a shorter one set by
 #: the caller is kept); the caller's is restored when the launch returns.
@@ -110,6 +112,7 @@ def install():
             return fn(*args)
         if self._device:  # called from host code: the simulator's own path
             return original(self, *args)
+        check_launch_args(args)  # a closed or resized heap's ctx: refused, as on a GPU
         old = sys.getswitchinterval()
         shorter = SWITCH_INTERVAL is not None and old > SWITCH_INTERVAL
         if shorter:
