@@ -176,3 +176,49 @@ def test_launch_count_of_a_gather():
     # Past one scan block: scan, add, and the scan of the block totals.
     assert G.launches(K.SCAN_SPAN, 1) == 1 + 3 + 1 + 1
     assert G.scan_launches(K.SCAN_SPAN ** 2 + 1, K.SCAN_SPAN) == 5
+
+
+# ------------------------------------------------ rows of items (issue 51)
+
+@cuda.jit
+def k_pairs(ctx, counts, offsets):
+    # row i: counts[i] (x, y) pairs, x = 100 * i + j, y = -j
+    i = cuda.grid(1)
+    if i >= counts.shape[0]:
+        return
+    a = devalloc.array(ctx, (counts[i], 2), np.int32)
+    for j in range(a.shape[0]):
+        a[j, 0] = 100 * i + j
+        a[j, 1] = -j
+    offsets[i] = devalloc.offset_of(ctx, a)
+
+
+@pytest.mark.parametrize("fill", [None, 7])
+def test_gather_rows_of_pairs_by_item_shape(fill):
+    heap = devalloc.Heap(1 << 18)
+    counts = np.array([2, 0, 3, 1], np.int64)
+    offsets = cuda.device_array(4, np.int64)
+    k_pairs[1, 4](heap.ctx, cuda.to_device(counts), offsets)
+    host = offsets.copy_to_host()
+    host[3] = devalloc.NULL  # as if its alloc had failed (its block is freed below)
+    values, starts = heap.gather(cuda.to_device(host), counts, np.int32, item_shape=(2,),
+                                 fill=fill)
+    v = values.copy_to_host()
+    want = [[0, 0], [1, -1], [200, 0], [201, -1], [202, -2]] + ([[7, 7]] if fill else [])
+    assert v.shape == (len(want), 2) and v.tolist() == want
+    assert starts.copy_to_host().tolist() == [0, 2, 2, 5, 5 + (1 if fill else 0)]
+    # row 3's own block was left out of the gather: free it by its offset
+    leftover = cuda.to_device(offsets.copy_to_host()[3:])
+    heap.gather(leftover, counts[3:], np.int32, item_shape=(2,))
+    assert heap.usage().in_use == 0
+
+
+def test_gather_item_shape_is_checked():
+    heap = devalloc.Heap(1 << 16)
+    offs = cuda.to_device(np.array([devalloc.NULL], np.int64))
+    for bad in ((0,), (2, -1), [2], (2.0,), 2):
+        with pytest.raises(TypeError, match="item_shape must be a tuple of positive integers"):
+            heap.gather(offs, np.array([1], np.int64), np.int32, item_shape=bad)
+    # 2-D items: (n, 2, 3)
+    values, _ = heap.gather(offs, np.array([1], np.int64), np.int32, item_shape=(2, 3), fill=1)
+    assert values.copy_to_host().shape == (1, 2, 3)

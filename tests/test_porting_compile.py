@@ -109,9 +109,9 @@ def test_calls_without_a_block_to_take_issue_no_atomic_on_normal_heaps(figures):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["lengths", "scan_blocks", "add_block_sums", "copy_rows",
-                                    "free_rows"])
+                                    "copy_item_rows", "free_rows"])
 def test_gather_kernels_compile_without_spills(figures, kernel):
-    # Heap.gather runs on the GPU: measured 22, 32, 14, 28 and 32 registers.
+    # Heap.gather runs on the GPU: measured 22, 32, 14, 28, 30 and 32 registers.
     r = figures[(f"gather_{kernel}", "normal")]
     assert r["spill_bytes"] == 0 and r["stack_bytes"] == 0 and r["sass_membar_sc"] == 0, r
     assert 0 < r["registers"] <= 40, r

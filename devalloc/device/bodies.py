@@ -34,6 +34,7 @@ from numba.core import cgutils
 from .. import bodycache
 from .outline_choice import call_graph
 
+
 def flags_of(f):
     """Return the Numba flags ``f``'s body compiles with.
 
@@ -52,6 +53,7 @@ def flags_of(f):
         flags.debuginfo = True
         flags.dbg_directives_only = True
     return flags
+
 
 def _scope(mod, fn, pyfunc):
     # With line info: a debug scope for wrapper fn in pyfunc's own file
@@ -86,6 +88,7 @@ def _scope(mod, fn, pyfunc):
     return mod.add_debug_info("DILocation", {"line": code.co_firstlineno, "column": 1,
                                              "scope": subprogram})
 
+
 class _TextModule:
     """A module of a cached body: its NVVM IR text, as a code library holds a module.
 
@@ -105,6 +108,7 @@ class _TextModule:
             return self.text
         return self.text.replace("\ndefine linkonce_odr ", f"\ndefine {self.linkage} ")
 
+
 #: key -> (texts, graphs, return type, symbol): the bodies this process
 #: compiled or read from disk (:mod:`devalloc.bodycache`).
 _entries = {}
@@ -113,12 +117,14 @@ _libraries = {}
 #: The disk cache of this process's toolchain (None when off), once made.
 _disk = []
 
+
 def _disk_cache():
     if not _disk:
         on = bodycache.enabled()
         _disk.append(bodycache.DiskCache(bodycache.cache_dir(), bodycache.toolchain())
                      if on else None)
     return _disk[0]
+
 
 def key(f, mark, pages, args, default):
     """Return the key of ``f``'s body for argument types ``args``.
@@ -145,6 +151,7 @@ def lookup(key):
             _entries[key] = entry
     return entry
 
+
 def library(context, key):
     """Return the code library of entry ``key`` (made once per process), for a kernel to link.
 
@@ -167,6 +174,7 @@ def library(context, key):
             lib = one
         _libraries[key] = lib
     return lib
+
 
 def compile_body(context, fnty, symbol, f, sig, mark, rebuild):
     """Compile ``f`` for ``sig`` into a wrapper ``symbol`` of type ``fnty``; return its entry.
@@ -221,6 +229,7 @@ def compile_body(context, fnty, symbol, f, sig, mark, rebuild):
     order = linking_order(graphs)
     return ([str(modules[i]) for i in order], [graphs[i] for i in order],
             sig.return_type, symbol)
+
 
 def linking_order(graphs):
     """Return the modules' indices, given their call graphs, in an order NVVM links them all in.

@@ -25,14 +25,15 @@ SCAN_SPAN = SCAN_THREADS * SCAN_ITEMS
 
 
 @cuda.jit
-def lengths(arena_bytes, offsets, counts, itemsize, keep_null, lens, bad):
+def lengths(arena_bytes, offsets, counts, itemsize, align, keep_null, lens, bad):
     """Write each row's length in the result to ``lens`` (and 0 at ``lens[n]``).
 
-    A row of NULL offset has ``counts[i]`` items when ``keep_null`` (filled),
-    none otherwise. A row with a negative count, or a block that is not
-    ``itemsize``-aligned or runs past the arena, has length 0 and is noted
-    in ``bad[0]`` (the lowest such row: an ``atomic.min``, relaxed; read by
-    the host after the stream synchronizes).
+    ``itemsize``: the bytes of one item (``align``: of its scalars, which
+    a block's offset must be a multiple of). A row of NULL offset has ``counts[i]`` items when
+    ``keep_null`` (filled), none otherwise. A row with a negative count, or
+    a block that is not ``itemsize``-aligned or runs past the arena, has
+    length 0 and is noted in ``bad[0]`` (the lowest such row: an
+    ``atomic.min``, relaxed; read by the host after the stream synchronizes).
     """
     i = cuda.grid(1)
     n = offsets.shape[0]
@@ -46,7 +47,7 @@ def lengths(arena_bytes, offsets, counts, itemsize, keep_null, lens, bad):
     if o == L.NULL:
         if not keep_null:
             c = 0
-    elif o < 0 or o % itemsize != 0 or o > arena_bytes or c > (arena_bytes - o) // itemsize:
+    elif o < 0 or o % align != 0 or o > arena_bytes or c > (arena_bytes - o) // itemsize:
         ok = False
     if not ok:
         cuda.atomic.min(bad, 0, i)  # lowest bad row; rivals: other bad rows, min commutes
@@ -95,22 +96,9 @@ def add_block_sums(out, sums_scanned):
         out[i] += sums_scanned[i // SCAN_SPAN]
 
 
-@cuda.jit
-def copy_rows(source, offsets, starts, fill, out, chunk):
-    """Copy every row's items to ``out[starts[r]:starts[r + 1]]``; NULL rows get ``fill``.
-
-    ``source`` is the arena viewed as the items' dtype. Thread ``t`` copies
-    items ``[t * chunk, (t + 1) * chunk)`` (a few items each on a GPU, so a
-    warp writes one stretch): it finds the first one's row by binary search
-    in ``starts`` (the largest ``r`` with ``starts[r] <= e``: empty rows are
-    passed over), then walks on.
-    """
-    nrows = offsets.shape[0]
-    itemsize = source.itemsize
-    first = cuda.grid(1) * chunk
-    end = min(first + chunk, out.shape[0])
-    if first >= end:
-        return
+@cuda.jit(device=True)
+def _row_of(starts, nrows, first):
+    """The largest ``r`` with ``starts[r] <= first`` (binary search: empty rows passed over)."""
     lo = 0
     hi = nrows
     while hi - lo > 1:
@@ -119,7 +107,24 @@ def copy_rows(source, offsets, starts, fill, out, chunk):
             lo = mid
         else:
             hi = mid
-    r = lo
+    return lo
+
+
+@cuda.jit
+def copy_rows(source, offsets, starts, fill, out, chunk):
+    """Copy every row's items to ``out[starts[r]:starts[r + 1]]``; NULL rows get ``fill``.
+
+    ``source`` is the arena viewed as the items' dtype. Thread ``t`` copies
+    items ``[t * chunk, (t + 1) * chunk)`` (a few items each on a GPU, so a
+    warp writes one stretch): it finds the first one's row by binary search
+    in ``starts`` (:func:`_row_of`), then walks on.
+    """
+    itemsize = source.itemsize
+    first = cuda.grid(1) * chunk
+    end = min(first + chunk, out.shape[0])
+    if first >= end:
+        return
+    r = _row_of(starts, offsets.shape[0], first)
     for e in range(first, end):
         while starts[r + 1] <= e:
             r += 1
@@ -128,6 +133,33 @@ def copy_rows(source, offsets, starts, fill, out, chunk):
             out[e] = fill
         else:
             out[e] = source[o // itemsize + (e - starts[r])]
+
+
+@cuda.jit
+def copy_item_rows(source, offsets, starts, fill, out, chunk, per_item):
+    """:func:`copy_rows` for items of ``per_item`` scalars each (``gather(item_shape=)``).
+
+    ``out`` holds ``per_item`` scalars per item; a kernel of its own, so
+    that ``copy_rows`` keeps its registers.
+    """
+    itemsize = source.itemsize
+    first = cuda.grid(1) * chunk
+    end = min(first + chunk, out.shape[0] // per_item)
+    if first >= end:
+        return
+    r = _row_of(starts, offsets.shape[0], first)
+    for e in range(first, end):
+        while starts[r + 1] <= e:
+            r += 1
+        o = offsets[r]
+        dst = e * per_item
+        if o == L.NULL:
+            for j in range(per_item):
+                out[dst + j] = fill
+        else:
+            src = o // itemsize + (e - starts[r]) * per_item
+            for j in range(per_item):
+                out[dst + j] = source[src + j]
 
 
 @cuda.jit

@@ -97,20 +97,24 @@ def _exclusive_scan(kernels, vals, stream):
     return out
 
 
-def gather(heap, offsets, counts, dtype, *, free=True, fill=None):
+def gather(heap, offsets, counts, dtype, *, free=True, fill=None, item_shape=()):
     """Return ``(values, starts)``: every row's items in one device array, and row starts.
 
     Row ``i`` is ``counts[i]`` items of ``dtype`` in the block at
     ``offsets[i]``; ``values[starts[i]:starts[i + 1]]`` are its items
     (``starts`` has ``len(offsets) + 1`` entries, the last one the total).
+    ``item_shape``: the shape of one item, when it is several scalars (an
+    (x, y) pair: ``(2,)``): ``values`` then has shape ``(total, *item_shape)``
+    and ``counts`` count items, not scalars.
     A row at NULL (its ``alloc`` failed) is empty, or keeps its count
     filled with ``fill`` when ``fill`` is given. ``free=True`` frees every
     block afterwards (``offsets`` themselves are left as they are: do not
     free them again). Computed on the GPU on the heap's stream (a scan,
     one copy kernel); synchronizes it once, to size ``values``.
 
-    :raises TypeError: ``offsets``/``counts`` not 1-D integer arrays, or
-        ``dtype`` not a numeric scalar type.
+    :raises TypeError: ``offsets``/``counts`` not 1-D integer arrays,
+        ``dtype`` not a numeric scalar type, or ``item_shape`` not a tuple
+        of positive integers.
     :raises ValueError: lengths differ, or a row has a negative count or a
         block not aligned to ``dtype`` or past the arena (nothing is freed).
     """
@@ -118,6 +122,7 @@ def gather(heap, offsets, counts, dtype, *, free=True, fill=None):
 
     heap._live()
     dt = _scalar_dtype(dtype, "gather")
+    per_item = _per_item(item_shape)
     s = heap.stream
     offs = _rows(offsets, "offsets", s)
     cnts = _rows(counts, "counts", s)
@@ -132,7 +137,8 @@ def gather(heap, offsets, counts, dtype, *, free=True, fill=None):
         lens = cuda.device_array(n + 1, np.int64, stream=s)
         bad = cuda.to_device(np.array([n], np.int64), stream=s)
         kernels.lengths[(n + 1 + THREADS - 1) // THREADS, THREADS, s](
-            arena.shape[0], offs, cnts, dt.itemsize, fill is not None, lens, bad)
+            arena.shape[0], offs, cnts, dt.itemsize * per_item, dt.itemsize, fill is not None,
+            lens, bad)
         starts = _exclusive_scan(kernels, lens, s)
         head = np.empty(2, np.int64)
         starts[n:].copy_to_host(head[:1], stream=s)
@@ -147,16 +153,32 @@ def gather(heap, offsets, counts, dtype, *, free=True, fill=None):
                 f"{dt} items in this heap: counts must be >= 0 and offsets NULL or "
                 f"multiples of {dt.itemsize} with the items inside the "
                 f"{arena.shape[0]}-byte arena")
-        values = cuda.device_array(total, dt, stream=s)
+        values = cuda.device_array(total * per_item, dt, stream=s)
         if total:
             chunk = max(COPY_CHUNK, -(-total // MAX_COPY_THREADS))
             threads = -(-total // chunk)
             fill_value = dt.type(0 if fill is None else fill)
-            kernels.copy_rows[(threads + THREADS - 1) // THREADS, THREADS, s](
-                arena.view(dt), offs, starts, fill_value, values, chunk)
+            grid = ((threads + THREADS - 1) // THREADS, THREADS, s)
+            args = (arena.view(dt), offs, starts, fill_value, values, chunk)
+            if per_item == 1:
+                kernels.copy_rows[grid](*args)
+            else:
+                kernels.copy_item_rows[grid](*args, per_item)
         if free and n:
             kernels.free_rows[(n + THREADS - 1) // THREADS, THREADS, s](heap.ctx, offs)
+    if item_shape:
+        values = values.reshape((total, *item_shape))
     return values, starts
+
+
+def _per_item(item_shape):
+    """Return the scalars of one item of ``item_shape`` (a tuple of positive ints)."""
+    if not isinstance(item_shape, tuple) or not all(
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d > 0
+            for d in item_shape):
+        raise TypeError(f"gather: item_shape must be a tuple of positive integers (the shape "
+                        f"of one item, e.g. (2,) for (x, y) pairs), got {item_shape!r}")
+    return int(np.prod(item_shape, dtype=np.int64)) if item_shape else 1
 
 
 def block_array(heap, off, shape, dtype):

@@ -377,15 +377,15 @@ class Heap(Reading, Running):
         return self._arena
 
     def gather(self, offsets: Any, counts: Any, dtype: Any, *, free: bool = True,
-               fill: Any = None) -> tuple[Any, Any]:
+               fill: Any = None, item_shape: tuple = ()) -> tuple[Any, Any]:
         """Return ``(values, starts)``: the rows at ``offsets`` in one device array (CSR).
 
-        Row ``i`` is ``counts[i]`` items of ``dtype`` at ``offsets[i]``;
-        ``free=True`` frees the blocks. Computed on the GPU; see
+        Row ``i`` is ``counts[i]`` items of ``dtype`` (each of ``item_shape``)
+        at ``offsets[i]``; ``free=True`` frees the blocks. Computed on the GPU; see
         :func:`devalloc.host.gather.gather` (NULL rows, ``fill``, errors).
         """
         from .gather import gather
-        return gather(self, offsets, counts, dtype, free=free, fill=fill)
+        return gather(self, offsets, counts, dtype, free=free, fill=fill, item_shape=item_shape)
 
     def array(self, off: int, shape: Any, dtype: Any) -> Any:
         """Return the block at ``off`` as a device array of ``shape`` and ``dtype``, no copy.

@@ -88,11 +88,13 @@ def gather_kernels():
 
     i64 = types.Array(types.int64, 1, "C")
     sigs = {
-        "lengths": (types.int64, i64, i64, types.int64, types.boolean, i64, i64),
+        "lengths": (types.int64, i64, i64, types.int64, types.int64, types.boolean, i64, i64),
         "scan_blocks": (i64, i64, i64),
         "add_block_sums": (i64, i64),
         "copy_rows": (types.Array(types.float64, 1, "C"), i64, i64, types.float64,
                       types.Array(types.float64, 1, "C"), types.int64),
+        "copy_item_rows": (types.Array(types.float64, 1, "C"), i64, i64, types.float64,
+                           types.Array(types.float64, 1, "C"), types.int64, types.int64),
         "free_rows": (ctx_type, i64),
     }
     rows = []
