@@ -265,8 +265,10 @@ def child(kind):
 
 
 def _spawn(kind, cache, numba_cache):
-    env = dict(os.environ, DEVALLOC_CACHE_DIR=cache, NUMBA_CACHE_DIR=numba_cache)
-    for name in ("NUMBA_ENABLE_CUDASIM", "DEVALLOC_PTX_CACHE", "DEVALLOC_CACHE"):
+    # (the body cache on disk is opt-in: DEVALLOC_CACHE=1, what is measured)
+    env = dict(os.environ, DEVALLOC_CACHE_DIR=cache, NUMBA_CACHE_DIR=numba_cache,
+               DEVALLOC_CACHE="1")
+    for name in ("NUMBA_ENABLE_CUDASIM", "DEVALLOC_PTX_CACHE"):
         env.pop(name, None)
     proc = subprocess.run([sys.executable, __file__, "--child", kind], env=env,
                           capture_output=True, text=True, cwd=ROOT)

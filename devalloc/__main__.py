@@ -213,10 +213,10 @@ def build_parser():
         help="show or clear the cache of compiled allocator bodies",
         description=(
             "A kernel that calls devalloc compiles the allocator's bodies once and keeps "
-            "them on disk, so that later processes compile only the kernel's own code. "
-            "Print where that cache is and what it holds, or remove it (--clear). The "
-            "folder is $DEVALLOC_CACHE_DIR, else the user's cache folder; "
-            "DEVALLOC_CACHE=0 keeps it in memory only."
+            "them on disk with DEVALLOC_CACHE=1 (opt-in), so that later processes compile "
+            "only the kernel's own code. Print where that cache is and what it holds, or "
+            "remove it (--clear). The folder is $DEVALLOC_CACHE_DIR, else the user's cache "
+            "folder."
         ),
         epilog="exit status: 0 done",
     )
@@ -239,7 +239,7 @@ def cache(args):
     elif args.clear:
         print(f"removed {removed} compiled bodies ({size / 2**20:.1f} MiB) from {root}")
     else:
-        state = "" if bodycache.enabled() else f" (off: {bodycache.ENV_SWITCH}=0)"
+        state = "" if bodycache.enabled() else f" (off: set {bodycache.ENV_SWITCH}=1 to use it)"
         print(f"{root}{state}: {len(files)} compiled bodies, {size / 2**20:.1f} MiB")
     return 0
 

@@ -39,9 +39,10 @@ def test_cache_dir_is_the_environment_variable_when_set(tmp_path):
     assert bodycache.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "devalloc"
 
 
-@pytest.mark.parametrize("value, on", [(None, True), ("1", True), ("0", False), ("off", False),
-                                       ("False", False), ("no", False), ("yes", True)])
-def test_the_disk_cache_is_turned_off_by_devalloc_cache_0(value, on):
+@pytest.mark.parametrize("value, on", [(None, False), ("1", True), ("0", False), ("off", False),
+                                       ("False", False), ("no", False), ("yes", True),
+                                       ("on", True)])
+def test_the_disk_cache_is_opt_in_with_devalloc_cache_1(value, on):
     env = {} if value is None else {"DEVALLOC_CACHE": value}
     assert bodycache.enabled(env) is on
 
@@ -134,6 +135,7 @@ def test_the_cache_command_shows_and_clears(tmp_path, monkeypatch, capsys):
     from devalloc.__main__ import main
 
     monkeypatch.setenv("DEVALLOC_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("DEVALLOC_CACHE", raising=False)  # (off: the default)
     bodycache.DiskCache(tmp_path, CHAIN).store("k", "x" * 100)
     assert main(["cache", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
@@ -142,7 +144,8 @@ def test_the_cache_command_shows_and_clears(tmp_path, monkeypatch, capsys):
     assert "removed 1 compiled bodies" in capsys.readouterr().out
     assert bodycache.entries(tmp_path) == []
     assert main(["cache"]) == 0
-    assert f"{tmp_path}: 0 compiled bodies" in capsys.readouterr().out
+    assert f"{tmp_path} (off: set DEVALLOC_CACHE=1 to use it): 0 compiled bodies" in \
+        capsys.readouterr().out
 
 
 # ------------------------------------------------------------ compiled
@@ -192,7 +195,7 @@ print(json.dumps({{"typed_alloc": len(core.alloc.overloads), "typed_free": len(c
 
 def _compile(tmp_path, sites=1):
     env = {"DEVALLOC_CACHE_DIR": str(tmp_path), "DEVALLOC_PTX_CACHE": None,
-           "DEVALLOC_CACHE": None}
+           "DEVALLOC_CACHE": "1"}
     return cuda_target.last_json(COMPILE.format(sites=sites, one_site=ONE_SITE), env=env)
 
 
@@ -263,7 +266,7 @@ def test_numba_cache_true_keeps_a_kernel_that_takes_a_ctx(tmp_path):
     script = tmp_path / "user_kernels.py"
     script.write_text(NUMBA_CACHE.format(one_site=ONE_SITE))
     env = {"DEVALLOC_CACHE_DIR": str(tmp_path / "bodies"), "NUMBA_CACHE_DIR": None,
-           "DEVALLOC_PTX_CACHE": None}
+           "DEVALLOC_PTX_CACHE": None, "DEVALLOC_CACHE": "1"}
     run = f"import runpy; runpy.run_path({str(script)!r}, run_name='user_kernels')"
     first = cuda_target.last_json(run, env=env)
     assert first == {"hits": 0, "misses": 1, "typed_alloc": 1}

@@ -21,10 +21,14 @@ from .outline import outline
 from .pages import _alloc_large, _free_large
 from .slab import _alloc_small, _free_small, _size_class
 
+#: What ``_alloc_uncounted`` returns for a request of 0 bytes (``alloc``
+#: returns NULL for it, counted in ``empty_requests``): never an offset.
+_EMPTY = -2
+
 
 @cuda.jit(device=True)
 def _alloc_uncounted(meta, npages, nbytes, prof):
-    """``alloc`` without the failure count; offset or NULL.
+    """``alloc`` without the failure count; offset, NULL, or ``_EMPTY`` for 0 bytes.
 
     Every lane calls ``warp.group`` once: lanes asking for the same size
     class form a group; the others a group of one each.
@@ -42,7 +46,9 @@ def _alloc_uncounted(meta, npages, nbytes, prof):
         return _alloc_small(meta, npages, c, mask, leader, rank, lanes, prof)
     if n > 0 and n <= (npages << ps):
         return _alloc_large(meta, npages, L.pages_for(n, ps), prof)
-    return int64(L.NULL)
+    # (0 bytes told apart here, where n is live anyway: a test after the
+    # search would keep it live across it, 5 more registers on sm_90)
+    return int64(_EMPTY) if n == 0 else int64(L.NULL)
 
 
 @cuda.jit(device=True)
@@ -70,8 +76,9 @@ def alloc(ctx, nbytes):
     """
     meta = ctx.meta
     off = _alloc_uncounted(meta, _npages(ctx), nbytes, _prof_of(ctx))
-    if off == L.NULL:
-        _count(meta, L.S_EMPTY if int64(nbytes) == 0 else L.S_FAILED)
+    if off < 0:  # NULL, or _EMPTY: a request for 0 bytes
+        _count(meta, L.S_EMPTY if off == _EMPTY else L.S_FAILED)
+        off = int64(L.NULL)
     return off
 
 
