@@ -118,7 +118,10 @@ OUTLINED_REGISTERS = {"alloc": 50, "free": 34, "view": 50, "bump": 58, "scoped":
 #: Since index passes start at the warp's own word and wrap (issue 49):
 #: alloc 3,424 -> 3,512 out of line, 3,616 -> 3,720 inline; pinned at 3,560.
 OUTLINED_ONE_SITE = {"alloc": 3560, "free": 728}
-OUTLINED_ONE_SITE_REGISTERS = 39
+#: 39 -> 40 since a 0-byte request is counted apart (issue 51: the failure
+#: count's word chosen from alloc's result in the out-of-line body; inline,
+#: one site keeps its 32).
+OUTLINED_ONE_SITE_REGISTERS = 40
 
 
 @pytest.mark.slow
