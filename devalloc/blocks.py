@@ -121,12 +121,18 @@ def array_bytes(d0, d1, d2, itemsize):
 
 @register_jitable
 def carve_at(pos, itemsize):
-    """Return ``pos`` rounded up to a multiple of ``itemsize`` (a power of two).
+    """Return ``pos`` rounded up to where a field of ``itemsize``-byte items starts.
 
-    Where a field of ``itemsize``-byte items starts when the previous field
-    of the block ended at byte ``pos``.
+    Where a field starts when the previous field of the block ended at byte
+    ``pos``: a multiple of ``itemsize``'s largest power-of-two factor, up to
+    16 (a block's own alignment). For a scalar that is its itemsize; for a
+    record (structured dtype) it is at least the record's alignment, which
+    divides its itemsize.
     """
-    return (pos + itemsize - 1) & ~(itemsize - 1)
+    a = itemsize & -itemsize
+    if a > 16:
+        a = 16
+    return (pos + a - 1) & ~(a - 1)
 
 
 @register_jitable

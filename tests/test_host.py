@@ -158,7 +158,7 @@ PUBLIC = {
     "alloc", "free", "view", "bump", "mark", "release", "scoped",
     # device: the porting API (docs/porting.md)
     "array", "free_array", "calloc", "realloc", "usable_size", "alloc_aligned", "carve",
-    "carve_end", "offset_of",
+    "carve_end", "offset_of", "realloc_carved",
 }
 
 

@@ -380,6 +380,21 @@ try:
     got["heap"] = None
 except Exception as e:
     got["heap"] = [type(e).__name__, str(e)]
+# an empty view's data: the kernel's sink, a global array outside every heap
+from devalloc.ctx import ctx_type_for
+from devalloc.device.intrinsics import SINK_BYTES
+
+def k_empty_write(ctx, off, out):
+    v = devalloc.view(ctx, off, 4, np.int64)
+    v[0] = 7
+    out[0] = v.size
+
+for kind in ("normal", "debug"):
+    ptx, _ = aot.compile_ptx(k_empty_write, (ctx_type_for(14, kind), types.int64,
+                                             types.int64[::1]))
+    decl = ".global .align 16 .b8 _devalloc_empty_view_sink[%d];" % SINK_BYTES
+    got["sink_" + kind] = [decl in ptx, "mov.u64" in ptx and "_devalloc_empty_view_sink;" in ptx,
+                           aot.assemble(ptx).spill_bytes]
 print(json.dumps(got))
 """
 
@@ -563,3 +578,56 @@ def test_a_misuse_record_says_cuda_block_and_thread():
     said = str(Record("double free", 4096, 3, 17))
     assert said == "double free at offset 4096: CUDA block 3, thread 17"
     assert str(Record("guard overwritten", 16, -1, -1)).endswith("found by check()")
+
+
+# ------------------------------------ an empty view reaches no block (issue 51)
+
+@cuda.jit
+def empty_views(ctx, off, write, out):
+    # Views that are empty (NULL, past the arena, a negative count), each
+    # written through unchecked when `write` (on a GPU: nothing checks bounds).
+    a = devalloc.view(ctx, devalloc.NULL, 4, np.int64)
+    b = devalloc.view(ctx, off, 4, np.float64)
+    c = devalloc.view(ctx, 0, -3, np.int32)
+    d = devalloc.view(ctx, off, (2, 3), np.int16)
+    if write:
+        a[0] = -1
+        a[3] = -1
+        b[1] = 1.5
+        c[2] = -7
+        d[1, 1] = 99
+    out[0] = a.size + b.size + c.size + d.size
+    out[1] = devalloc.offset_of(ctx, a)
+
+
+def test_an_empty_view_is_empty_and_its_offset_null():
+    heap = devalloc.Heap(L.capacity_for_pages(2))
+    out = cuda.to_device(np.zeros(2, dtype=np.int64))
+    empty_views[1, 1](heap.ctx, heap.capacity, 0, out)
+    assert out.copy_to_host().tolist() == [0, L.NULL]
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_write_through_an_empty_view_lands_in_no_block(debug):
+    # Every byte of the arena holds a pattern; writes through empty views
+    # must leave all of it alone. On a GPU they land in the kernel's sink;
+    # the simulator checks bounds and refuses them.
+    heap = devalloc.Heap(L.capacity_for_pages(2), debug=debug)
+    pattern = (np.arange(heap.capacity) % 251).astype(np.uint8)
+    heap.arena.copy_to_device(pattern)
+    out = cuda.to_device(np.zeros(2, dtype=np.int64))
+    if ON_GPU:
+        empty_views[1, 32](heap.ctx, heap.capacity, 1, out)
+        cuda.synchronize()
+    else:
+        with pytest.raises(IndexError):
+            empty_views[1, 1](heap.ctx, heap.capacity, 1, out)
+    assert np.array_equal(heap.arena.copy_to_host(), pattern)
+    if debug:
+        heap.check()  # a view of NULL or past the arena is empty, not misuse
+
+
+def test_on_the_gpu_target_an_empty_views_data_is_the_kernels_sink(gpu_errors):
+    for kind in ("normal", "debug"):
+        declared, used, spills = gpu_errors["sink_" + kind]
+        assert declared and used and spills == 0, kind

@@ -4,8 +4,9 @@ The public device API, re-exported as ``devalloc.alloc`` and friends:
 ``alloc``, ``free``, ``bump``, ``mark``, ``scoped``, ``release`` (:mod:`.api`,
 which picks the normal, debug or observed path when the kernel compiles)
 and the porting API (:mod:`.porting`: ``view``, ``array``, ``free_array``,
-``calloc``, ``realloc``, ``usable_size``, ``alloc_aligned``, ``carve``,
-``carve_end``; the intrinsics under it in :mod:`.intrinsics`). The paths behind them: :mod:`.core`
+``calloc``, ``realloc``, ``usable_size``, ``alloc_aligned``; :mod:`.carving`:
+``carve``, ``carve_end``, ``realloc_carved``; the intrinsics under them in
+:mod:`.intrinsics`). The paths behind them: :mod:`.core`
 (classify, group, serve, account), :mod:`.slab` (blocks up to 8 KiB),
 :mod:`.pages` (whole pages), :mod:`.bumpalloc`, :mod:`.scope` (and
 :mod:`.chunks`, its calls into the heap), :mod:`.warp` (aggregation),
@@ -18,14 +19,15 @@ of this; the shared formats are in :mod:`devalloc.layout`.
 """
 
 from .api import alloc, bump, free, mark, release, scoped
-from .porting import (alloc_aligned, array, calloc, carve, carve_end, free_array, offset_of,
-                      realloc, usable_size, view)
+from .carving import carve, carve_end, realloc_carved
+from .porting import (alloc_aligned, array, calloc, free_array, offset_of, realloc, usable_size,
+                      view)
 
 #: The modules of the device package, for the interleaving explorer.
 MODULES = ("_meta", "ptx", "warp", "index", "pages", "slab", "core", "debug", "kinds", "chunks",
-           "api", "bumpalloc", "scope", "observe", "intrinsics", "porting", "gather", "outline",
-           "outline_choice", "bodies")
+           "api", "bumpalloc", "scope", "observe", "intrinsics", "porting", "carving", "gather",
+           "outline", "outline_choice", "bodies")
 
 __all__ = ["alloc", "alloc_aligned", "array", "bump", "calloc", "carve", "carve_end", "free",
-           "free_array", "mark", "offset_of", "realloc", "release", "scoped", "usable_size",
-           "view"]
+           "free_array", "mark", "offset_of", "realloc", "realloc_carved", "release", "scoped",
+           "usable_size", "view"]

@@ -23,7 +23,8 @@ def element_type(dtype):
         return dtype.dtype
     raise TypingError(
         "devalloc.view: dtype must be a NumPy or Numba scalar type such as "
-        f"np.float32 or numba.int64, got {dtype}"
+        "np.float32 or numba.int64, or a NumPy record dtype (np.dtype([('x', np.float64), "
+        f"('n', np.int32)], align=True)), got {dtype}"
     )
 
 
@@ -53,6 +54,32 @@ def check_view_args(off, count, dtype):
     return element_type(dtype)
 
 
+#: Bytes of an empty view's sink: a kernel's own global memory, outside every
+#: heap, where an unchecked write through an empty view lands (on a GPU
+#: nothing checks an array's bounds).
+SINK_BYTES = 1024
+
+_SINK_NAME = "_devalloc_empty_view_sink"
+
+
+def _sink(builder):
+    """Return a generic ``i8*`` to the module's sink (made on first use).
+
+    A ``global`` (address space 1) array of :data:`SINK_BYTES` bytes,
+    internal to the kernel's module: no heap's block is ever inside it.
+    """
+    module = builder.module
+    gv = module.globals.get(_SINK_NAME)
+    if gv is None:
+        gv = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(8), SINK_BYTES), _SINK_NAME,
+                               addrspace=1)
+        gv.linkage = "internal"
+        gv.initializer = ir.Constant(gv.type.pointee, None)
+        gv.align = 16
+    first = builder.gep(gv, [ir.Constant(ir.IntType(32), 0)] * 2)
+    return builder.addrspacecast(first, ir.PointerType(ir.IntType(8)))
+
+
 @intrinsic
 def view(typingctx, ctx, off, count, dtype):
     """Return an array of ``count`` items of ``dtype`` at byte ``off``.
@@ -61,9 +88,12 @@ def view(typingctx, ctx, off, count, dtype):
     shape) a C-contiguous array of that shape. Any thread may call. No
     atomics, no memory access. If the range ``[off, off + size * itemsize)``
     is not inside the arena (for example ``off`` is NULL), or a dimension is
-    negative, the result is an empty array (every dimension 0) at offset 0.
-    The offset's alignment is the caller's to keep (``devalloc.view`` on a
-    debug heap checks it).
+    negative, the result is an empty array (every dimension 0) over the
+    kernel's sink (:data:`SINK_BYTES` bytes of global memory outside every
+    heap): a write through it that its size does not stop (no bounds check
+    on a GPU) lands in the sink, never in a block, for any index below
+    ``SINK_BYTES // itemsize``. The offset's alignment is the caller's to
+    keep (``devalloc.view`` on a debug heap checks it).
     """
     elem = check_view_args(off, count, dtype)
     ndim = _dims(count)
@@ -108,14 +138,14 @@ def view(typingctx, ctx, off, count, dtype):
                 ok = builder.and_(ok, builder.not_(builder.extract_value(prod, 1)))
         if ndim > 1:
             ok = builder.and_(ok, builder.icmp_signed("<=", total, max_count))
-        off_v = builder.select(ok, off_v, zero)
         dims = [builder.select(ok, dim, zero) for dim in dims]
         strides = []
         stride = ir.Constant(i64, itemsize)
         for dim in reversed(dims):
             strides.insert(0, stride)
             stride = builder.mul(stride, dim)
-        data = builder.gep(arena.data, [off_v])
+        # Out of range: the sink, not arena byte 0 (which a block owns).
+        data = builder.select(ok, builder.gep(arena.data, [off_v]), _sink(builder))
         data = builder.bitcast(data, context.get_data_type(elem).as_pointer())
         out = context.make_array(retty)(context, builder)
         context.populate_array(

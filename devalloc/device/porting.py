@@ -3,7 +3,8 @@
 What a kernel written with ``cuda.local.array`` or C's allocator reaches
 for: ``array`` / ``free_array``, ``view`` with a shape (and, on debug heaps,
 an alignment check), ``calloc``, ``realloc``, ``usable_size``,
-``alloc_aligned``, and ``carve`` for mixed-dtype arrays in one block. Each
+and ``alloc_aligned`` (``carve`` for mixed-dtype arrays in one block, and
+``realloc_carved``, are in :mod:`.carving`). Each
 is built on the public ``alloc``/``free`` (:mod:`devalloc.device.api`), so
 it works on normal, debug and observed heaps; where the heaps differ
 (a debug block's guard and requested size) the path is chosen from the
@@ -15,10 +16,9 @@ Who may call: any thread, in divergent code too, as ``alloc``/``free``.
 local variable; they are inlined into the caller (a device function may not
 return an array it created otherwise).
 
-Longer than 500 lines because each of its public functions has its
-simulator body and its GPU ``@overload`` per heap kind side by side, so
-that the two cannot drift apart; the byte arithmetic under them is already
-apart (:mod:`devalloc.blocks`).
+Each public function has its simulator body and its GPU ``@overload`` per
+heap kind side by side, so that the two cannot drift apart; the byte
+arithmetic under them is apart (:mod:`devalloc.blocks`).
 """
 
 from numba import config, cuda, int64
@@ -232,8 +232,9 @@ def realloc(ctx, off, nbytes):
     ``realloc(ctx, NULL, n)`` is ``alloc(ctx, n)``.
 
     :returns: the offset. NULL when the new block cannot be served (counted
-        in ``failed``, and ``nbytes <= 0`` too: free with ``free``): the old
-        block is untouched and still the caller's. NULL too when ``off`` is
+        in ``failed``; ``nbytes == 0`` is an empty request, counted in
+        ``empty_requests``: free with ``free``): the old block is untouched
+        and still the caller's. NULL too when ``off`` is
         no block (counted in ``invalid_frees``; a debug heap records it).
     """
     return _pick(ctx, (_realloc_normal, _realloc_debug, _realloc_observed))(ctx, off, nbytes)
@@ -374,7 +375,9 @@ def view(ctx, off, count, dtype):
     for complex128): on a GPU a misaligned access faults. A debug heap
     checks it: a misaligned view is recorded (``heap.check()`` names it) and
     is empty. A range outside the arena (``off`` NULL) gives an empty array
-    (every dimension 0).
+    (every dimension 0) over the kernel's sink (1 KiB outside every heap:
+    an unchecked write through it reaches no block). ``dtype``: a scalar
+    type, or a NumPy record dtype (``align=True`` for aligned fields).
     """
     k = api._kind(ctx)
     if k != api._NORMAL:
@@ -402,40 +405,6 @@ def array(ctx, shape, dtype):
     itemsize = _sim_dtype(ctx, 0, shape, dtype).itemsize
     off = _alloc_array(ctx, B.array_bytes(int64(d0), int64(d1), int64(d2), itemsize))
     return _raw_view(ctx, off, shape, dtype)
-
-
-@cuda.jit(device=True)
-def carve_end(pos, count, itemsize):
-    """Return where ``count`` items of ``itemsize`` bytes end, placed aligned at or after ``pos``.
-
-    Pure arithmetic (:func:`devalloc.blocks.carve_end`): chain it to size a
-    block of several parallel arrays, padding included.
-    """
-    return B.carve_end(int64(pos), int64(count), int64(itemsize))
-
-
-def carve(ctx, off, pos, count, dtype):
-    """Return ``(array, next_pos)``: ``count`` items of ``dtype`` at the first aligned
-    byte at or after ``pos`` in the block at ``off``, and where they end.
-
-    Lays out mixed-dtype parallel arrays in one block with the padding done:
-    size the block with ``carve_end``, then carve each array in the same
-    order from ``pos = 0``. No atomics. The block's start is 16-aligned, so
-    every field is aligned to its itemsize.
-    """
-    itemsize = _sim_dtype(ctx, off, count, dtype).itemsize
-    at = B.carve_at(int64(pos), itemsize)
-    a = view(ctx, off + at, count, dtype)
-    return a, at + _sim_total(count) * itemsize
-
-
-def _sim_total(count):
-    if isinstance(count, tuple):
-        t = 1
-        for d in count:
-            t *= int(d)
-        return t
-    return int(count)
 
 
 #: The first numba-cuda whose ``inline="always"`` functions may return an
@@ -521,19 +490,4 @@ if not config.ENABLE_CUDASIM:
             def impl(ctx, shape, dtype):
                 n = B.array_bytes(int64(shape[0]), int64(shape[1]), int64(shape[2]), itemsize)
                 return _raw_view(ctx, _alloc_array(ctx, n), shape, dtype)
-        return impl
-
-    @overload(carve, target="cuda", inline="always")
-    def _carve_impl(ctx, off, pos, count, dtype):
-        _inline_arrays("carve")
-        itemsize = as_dtype(check_view_args(off, count, dtype)).itemsize
-        if isinstance(count, types.Integer):
-            def impl(ctx, off, pos, count, dtype):
-                at = B.carve_at(int64(pos), itemsize)
-                return view(ctx, off + at, count, dtype), at + int64(count) * itemsize
-        else:
-            def impl(ctx, off, pos, count, dtype):
-                at = B.carve_at(int64(pos), itemsize)
-                a = view(ctx, off + at, count, dtype)
-                return a, at + int64(a.size) * itemsize
         return impl

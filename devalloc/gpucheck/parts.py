@@ -34,7 +34,7 @@ STRESS = {"full": (200, 16, 1 << 17), "quick": (60, 8, 1 << 17), "simulate": (4,
 #: The kernel test files run with DEVALLOC_TEST_GPU=1 (simulate: one small file).
 TEST_FILES = ("test_kernels.py", "test_heap_sim.py", "test_scratch.py", "test_churn_sim.py",
               "test_misuse.py", "test_observe.py", "test_lifecycle.py", "test_examples.py",
-              "test_warp_sim.py", "test_gpucheck.py")
+              "test_warp_sim.py", "test_gpucheck.py", "test_carving.py")
 SIM_TEST_FILES = ("test_kernels.py",)
 QUICK_TEST_FILES = ("test_kernels.py", "test_heap_sim.py", "test_gpucheck.py")
 #: numpy releases devalloc is tested with (pyproject: numpy>=1.24).

@@ -76,9 +76,31 @@ def k_carve(ctx, n, out):
     devalloc.free(ctx, off)
 
 
+def k_realloc_carved(ctx, n, out):
+    """An int32 and a float64 field of a per-thread count resized to a kernel argument's."""
+    i = cuda.grid(1)
+    out[i] = devalloc.realloc_carved(ctx, out[i], out[i + 1], n, (np.int32, np.float64))
+
+
+#: A record of a float64 and an int32 (16 bytes, 8-aligned).
+RECORD = np.dtype([("x", np.float64), ("n", np.int32)], align=True)
+
+
+def k_array_record(ctx, n, out):
+    """``array`` of a per-thread count of records, written, ``free_array``."""
+    i = cuda.grid(1)
+    a = devalloc.array(ctx, out[i], RECORD)
+    for j in range(a.shape[0]):
+        a[j]["x"] = j
+        a[j]["n"] = j
+    out[i] = a.size
+    devalloc.free_array(ctx, a)
+
+
 PROBES = {"array": k_array, "view_shape": k_view_shape, "calloc": k_calloc,
           "realloc": k_realloc, "usable_size": k_usable_size,
-          "alloc_aligned": k_alloc_aligned, "carve": k_carve}
+          "alloc_aligned": k_alloc_aligned, "carve": k_carve,
+          "realloc_carved": k_realloc_carved, "array_record": k_array_record}
 KINDS = {"normal": ctx_type, "debug": debug_ctx_type, "observed": obs_ctx_type}
 
 

@@ -1,0 +1,67 @@
+"""The figures the docs quote are the code's (issue 51, issue 52).
+
+``docs/figures.json`` is written by ``bench/figures.py`` (the examples at
+256 threads, seed 1, on the simulator). The fast tier checks that README.md
+and docs/porting.md quote what the file holds, and that porting.md's
+register table is what ``tests/test_porting_compile.py`` pins; the full
+tier runs the script and checks that the file holds what the code gives.
+"""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_porting_compile import MEASURED
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURES = json.loads((ROOT / "docs" / "figures.json").read_text())
+#: Examples whose heap peak does not depend on the simulator's interleaving.
+EXACT = ("ragged_walks", "particle_transport", "barrier_option")
+
+
+def _b(n):
+    return f"{n:,} B"
+
+
+def test_the_porting_guide_quotes_the_examples_figures():
+    doc = (ROOT / "docs" / "porting.md").read_text()
+    doc = re.sub(r"\s+", " ", doc)
+    for name in ("ragged_walks", "particle_transport"):
+        f = FIGURES[name]
+        assert f"{_b(f['heap_peak_bytes'])} against {_b(f['worst_case_bytes'])}" in doc, name
+        assert f["identical"], name
+    tpv = FIGURES["two_pass_variance"]
+    assert f"1,024 to 2,048 B (the simulator's interleaving decides) against " \
+           f"{_b(tpv['worst_case_bytes'])}" in doc
+    assert 1024 <= tpv["heap_peak_bytes"] <= 2048
+
+
+def test_the_readme_quotes_the_examples_figures():
+    readme = re.sub(r"\s+", " ", (ROOT / "README.md").read_text())
+    for name in EXACT:
+        f = FIGURES[name]
+        assert f"{_b(f['heap_peak_bytes'])} vs {_b(f['worst_case_bytes'])}" in readme, name
+
+
+LABELS = {"array": "`array` + `free_array`", "view_shape": "`view` with a shape",
+          "calloc": "`calloc`", "realloc": "`realloc`", "usable_size": "`usable_size`",
+          "alloc_aligned": "`alloc_aligned`", "carve": "`alloc` + two `carve`s + `free`",
+          "realloc_carved": "`realloc_carved`",
+          "array_record": "`array` of records + `free_array`"}
+
+
+def test_the_porting_guides_register_table_is_what_the_compile_tests_pin():
+    doc = (ROOT / "docs" / "porting.md").read_text()
+    for call, figures in MEASURED.items():
+        row = f"| {LABELS[call]} | " + " | ".join(str(r) for r in figures) + " |"
+        assert row in doc, row
+
+
+@pytest.mark.slow
+def test_the_figures_file_holds_what_the_examples_give():
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "figures.py"), "--check"],
+                          capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
