@@ -1,6 +1,6 @@
 """Old path of :mod:`devalloc.tools.probes` (moved): that module, and a DeprecationWarning.
 
-``python -m devalloc.probes`` stays the command (README, "What it costs"):
+``python -m devalloc.probes`` stays the command (docs/guide.md, "What it costs"):
 run as a script this module runs :func:`devalloc.tools.probes.main`, with no
 warning.
 """

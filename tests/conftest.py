@@ -163,7 +163,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
 # ----------------------------------------------------------------- the tiers
 #
-# Two tiers, each one command (README, "Try it"):
+# Two tiers, each one command (README, "Tests"; docs/development.md):
 #   python -m pytest          the fast tier: every test not marked slow
 #   python -m pytest --full   the full tier: every test (also -m "slow or not slow")
 # A test is in the fast tier unless it carries @pytest.mark.slow, so a new

@@ -8,7 +8,7 @@
   ``from . import layout as L`` one to ``devalloc.layout``). A circle in that
   graph fails, named module by module. ``importlib.import_module`` with a
   computed name (the lazy packages' ``__getattr__``) is not read. The same
-  graph keeps the layers of README's diagram: the ground, ``sim/``,
+  graph keeps the layers of docs/development.md's diagram: the ground, ``sim/``,
   ``device/`` and ``host/`` import nothing above them (:data:`FORBIDDEN`).
 * A module of more than :data:`MAX_LINES` lines says why in its docstring, in
   a sentence that starts with :data:`REASON` ("Longer than 500 lines because
@@ -144,7 +144,7 @@ def test_the_package_has_no_import_circle():
         "both import):\n" + "\n".join("  " + " -> ".join(c) for c in found)
 
 
-#: Subpackage -> the subpackages its modules may not import (README, "Layout":
+#: Subpackage -> the subpackages its modules may not import (docs/development.md, "Layout":
 #: the arrows of the diagram go one way). ``ground``: the top-level modules
 #: both sides stand on (errors.py names host types for annotations only).
 FORBIDDEN = {

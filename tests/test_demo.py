@@ -164,7 +164,7 @@ def test_a_plot_path_that_cannot_be_written_is_refused_before_the_simulation(
 
 
 def test_the_demo_offers_every_example_module():
-    # The README's example table lists them all; the demo must run them all.
+    # README's example table lists them all; the demo must run them all.
     from devalloc import _examples
 
     folder = Path(_examples.package().__path__[0])

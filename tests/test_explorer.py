@@ -33,7 +33,7 @@ from devalloc.testing.invariants import (
 BOUNDS = scenarios.bounds()
 EXHAUSTIVE = scenarios.exhaustive()
 
-#: What the fast tier explores (README, "Try it": the test tiers): one
+#: What the fast tier explores (docs/development.md, "Test tiers"): one
 #: two-thread scenario exhaustively, one PCT scenario at one depth, one
 #: broken variant caught. Every other exploration is in the full tier
 #: (seconds to a minute each).

@@ -262,8 +262,8 @@ def test_memory_names_one_minimum_and_a_buffer_of_that_size_works_at_any_address
         assert heap.npages == 1 and heap.requested == minimum
     with pytest.raises(ValueError, match=f"at least {minimum} bytes"):
         devalloc.Heap(minimum - 1, memory=big)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert f"at least {minimum:,} B" in readme
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
+    assert f"at least {minimum:,} B" in guide
 
 
 # ------------------------------------------------------ other arguments

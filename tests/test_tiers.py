@@ -1,7 +1,7 @@
 """The two test tiers: the fast one drops no subject, the full one drops nothing.
 
 ``python -m pytest`` runs the fast tier (every test not marked slow);
-``python -m pytest --full`` runs every test (README, "Try it"; tests/conftest.py).
+``python -m pytest --full`` runs every test (README, "Tests"; docs/development.md, "Test tiers").
 Here both are collected in a subprocess, as those commands collect them, and
 checked: the fast tier keeps at least one test of every ``tests/test_*.py``
 module found on disk (so a new module is covered without a list to edit),

@@ -30,7 +30,7 @@ from typing import Callable
 
 from ..errors import DevallocError
 
-#: The numba-cuda releases devalloc's tests have passed with (README, "Versions").
+#: The numba-cuda releases devalloc's tests have passed with (docs/guide.md, "Versions, drivers and the public API").
 TESTED = ("0.28.0", "0.30.4")
 
 
