@@ -37,8 +37,8 @@ from a checkout on ``PYTHONPATH``.
 
 Longer than 500 lines because it is one command whose parts read one
 summary: the arguments and their checks, running an example (GPU,
-simulator or Dask workers) and the three outputs (text, ``--json``,
-``--plot``); the examples themselves are in ``kernels/``.
+simulator or Dask workers) and its outputs (text, ``--json``); the plot is
+:mod:`devalloc.tools.plot`, the examples themselves are in ``kernels/``.
 """
 
 import argparse
@@ -453,66 +453,6 @@ def format_text(s, r):
     return "\n".join(lines)
 
 
-def plot(path, s, r):
-    """Draw size-class occupancy and the footprint comparison to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .host.report import human_bytes
-
-    fig, (occ, foot) = plt.subplots(1, 2, figsize=(12, 4.5))
-    snap = r.snapshot or r.usage
-    label = r.snapshot_label or "at the end"
-    sizes = sorted(snap.classes)
-    if sizes:
-        kib = 1.0 / 1024
-        used = [snap.classes[z].blocks_live * z * kib for z in sizes]
-        slack = [snap.classes[z].slack_bytes * kib for z in sizes]
-        xs = range(len(sizes))
-        occ.bar(xs, used, color="tab:blue", label="live blocks")
-        occ.bar(xs, slack, bottom=used, color="tab:gray", alpha=0.45,
-                label="slack (slab bytes not in a live block)")
-        for x, z in zip(xs, sizes):
-            occ.annotate(str(snap.classes[z].blocks_live), (x, used[x] + slack[x]),
-                         ha="center", va="bottom", fontsize=7)
-        occ.set_xticks(list(xs), [str(z) for z in sizes], rotation=60, fontsize=7)
-        occ.set_xlim(-0.75, max(len(sizes), 6) - 0.25)  # a lone class stays a bar
-        occ.set_xlabel("size class (bytes); blocks live above each bar")
-        occ.set_ylabel("KiB of slabs held")
-        occ.legend(fontsize=8)
-    else:
-        occ.text(0.5, 0.5, "no live blocks at the end of the run:\n"
-                 "every block was freed inside the kernel",
-                 ha="center", va="center", transform=occ.transAxes)
-        occ.set_xticks([])
-        occ.set_yticks([])
-    occ.set_title(f"size-class occupancy {label}", fontsize=10)
-
-    bars = [("worst-case\npreallocation", s["worst_case_bytes"], "tab:red"),
-            ("heap peak\n(pages reserved)", s["heap_peak_bytes"], "tab:blue")]
-    if r.snapshot is not None:
-        bars.append((f"heap in use\n{label}", snap.in_use, "tab:cyan"))
-    names = [b[0] for b in bars]
-    values = [b[1] / 1024 for b in bars]
-    foot.barh(range(len(bars)), values, color=[b[2] for b in bars])
-    foot.set_yticks(range(len(bars)), names, fontsize=8)
-    foot.invert_yaxis()
-    for y, (_, v, _) in enumerate(bars):
-        foot.annotate(f" {v} B ({human_bytes(v)})", (v / 1024, y), va="center", fontsize=8)
-    foot.set_xlim(0, max(values) * 1.45 if max(values) > 0 else 1)
-    foot.set_xlabel("KiB")
-    saved = s["saved_bytes"]
-    foot.set_title(f"footprint: {human_bytes(abs(saved))} "
-                   + ("saved" if saved >= 0 else "more on the heap"), fontsize=10)
-    fig.suptitle(f"devalloc demo: {s['example']}, {s['threads']} threads, "
-                 f"seed {s['seed']}, on the {s['target']}", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def demo(args):
     """Run ``python -m devalloc demo``; return the exit status."""
     plot_to = None
@@ -569,6 +509,8 @@ def demo(args):
         s["distributed"] = run.to_dict()
     progress(f"done in {s['seconds']:.1f} s")
     if plot_to:
+        from .tools.plot import plot
+
         plot(plot_to, s, r)
         progress(f"plot written to {plot_to}")
     if args.json:

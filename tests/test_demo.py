@@ -14,8 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from numba import cuda
 
+import devalloc
 from devalloc import __main__ as cli
 
 KEYS = {"example", "target", "threads", "seed", "answer_name", "answer", "stderr",
@@ -101,6 +104,30 @@ def test_plot_draws_a_png(tmp_path):
     proc = run_cli(["demo", "--threads", "64", "--plot", str(out)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_plots_footprint_has_every_twin_and_its_occupancy_large_blocks():
+    from devalloc import _examples
+    from devalloc.tools import plot
+
+    r = _examples.load("step_scratch").run(threads=32, seed=5)
+    s = {"worst_case_bytes": r.worst_case_bytes, "heap_peak_bytes": r.heap_peak_bytes}
+    bars = {label.replace("\n", " "): v for label, v, _ in plot.footprint_bars(s, r)}
+    assert bars["worst-case preallocation"] == r.worst_case_bytes
+    assert bars["heap peak (pages reserved)"] == r.heap_peak_bytes
+    assert "heap peak, alloc/free" in bars and bars["count + scan + exact"] > 0
+    assert "CUDA malloc (NRT)" not in bars  # needs a GPU: no figure on the simulator
+    heap = devalloc.Heap(1 << 20, page=1024)
+    out = cuda.to_device(np.zeros(1, np.int64))
+    _alloc_one[1, 1](heap.ctx, 3000, out)  # three pages
+    _alloc_one[1, 1](heap.ctx, 100, out)   # a slab
+    u = heap.usage()
+    assert u.large_blocks == 1 and plot.large_pages_bytes(u) == 3 * 1024
+
+
+@cuda.jit
+def _alloc_one(ctx, n, out):
+    out[0] = devalloc.alloc(ctx, n)
 
 
 @pytest.mark.parametrize("example", sorted(cli.EXAMPLES))

@@ -165,6 +165,35 @@ def test_report_from_a_real_heap_matches_the_attributes():
     assert classes == {}
 
 
+@cuda.jit
+def scoped_only(ctx, out):
+    # Scoped scratch only: a scope, two allocations in it, released (the
+    # chunk goes back to the heap): no alloc, a peak.
+    i = cuda.grid(1)
+    s = devalloc.SCOPE_NONE
+    m = devalloc.mark(ctx, s)
+    s = m
+    off, s = devalloc.scoped(ctx, s, 200)
+    off2, s = devalloc.scoped(ctx, s, 100)
+    out[i] = off2 - off
+    s = devalloc.release(ctx, s, m)
+
+
+def test_report_of_a_scoped_only_kernel_says_where_the_peak_went():
+    heap = devalloc.Heap(1 << 20)
+    out = cuda.to_device(np.zeros(4, np.int64))
+    scoped_only[1, 4](heap.ctx, out)
+    u = heap.usage()
+    assert (u.allocs, u.live_blocks, u.scoped_bytes, u.scoped_chunks) == (0, 0, 0, 0)
+    assert u.peak > 0 and u.scoped_chunks_taken == 4  # a chunk a thread, given back
+    text = str(u)
+    assert re.search(r"^  scoped chunks +0 B  \(0 B\)$", text, re.M), text
+    assert re.search(r"^  scoped chunks held +0$", text, re.M), text
+    assert re.search(r"^  scoped chunks taken +4$", text, re.M), text
+    heap.reset()
+    assert "scoped chunks" not in str(heap.usage())  # a new epoch took none
+
+
 def _live_block_by_block(meta, npages):
     # The definition, one block at a time: a HEAD page is a large block; a
     # slab's block is live when it lies below the cursor and its bit is clear.

@@ -27,8 +27,11 @@ a request up to its class size (at most 25 % above 128 B) is not in it.
 A ``large`` row counts the live blocks of more than half a page (8 KiB by default; whole pages;
 their bytes are in ``in use``). Class and large rows count every block the
 heap holds, threads' scoped-scratch chunks included (those are reported as
-``scoped chunks`` and kept out of ``in use``, ``allocs`` and ``frees``);
-``bump chunks`` rows appear once ``bump`` has been used, and a ``profile``
+``scoped chunks`` and kept out of ``in use``, ``allocs`` and ``frees``:
+their bytes held now, the chunks held now and the chunks taken since the
+reset, rows that appear once a thread took a chunk, so that a scoped-only
+kernel's ``peak`` beside ``allocs 0`` says where it went); ``bump chunks``
+and ``bump allocs`` rows appear once ``bump`` has been used, and a ``profile``
 section (the counters of ``usage().profile``) for heaps made with
 ``profile=True``.
 
@@ -97,9 +100,12 @@ def format_usage(usage, title="heap usage"):
         ("reserved", usage.reserved),
         ("peak", usage.peak),
     ]
+    # Where reserved bytes are besides alloc's blocks: rows whenever the
+    # kind was used this epoch, even once its bytes went back (peak says so).
+    scoped_used = usage.scoped_bytes or getattr(usage, "scoped_chunks_taken", 0)
     if usage.bump_allocs or usage.bump_bytes:
         byte_rows.append(("bump chunks", usage.bump_bytes))
-    if usage.scoped_bytes:
+    if scoped_used:
         byte_rows.append(("scoped chunks", usage.scoped_bytes))
     count_rows = [
         ("live blocks", usage.live_blocks),
@@ -110,6 +116,9 @@ def format_usage(usage, title="heap usage"):
     ]
     if usage.bump_allocs or usage.bump_bytes:
         count_rows.append(("bump allocs", usage.bump_allocs))
+    if scoped_used:
+        count_rows.append(("scoped chunks held", usage.scoped_chunks))
+        count_rows.append(("scoped chunks taken", usage.scoped_chunks_taken))
     if usage.scope_misuse:
         count_rows.append(("scope misuse", usage.scope_misuse))
     if usage.empty_requests:

@@ -77,6 +77,9 @@ class Usage:
     #: Requests for 0 bytes (``alloc``, ``bump``, ``scoped``, an empty
     #: ``array``): NULL, as documented, but not counted in ``failed``.
     empty_requests: int = 0
+    #: Scoped-scratch chunks threads took since the last reset (held now or
+    #: given back): where a scoped-only kernel's ``peak`` went.
+    scoped_chunks_taken: int = 0
 
     def suggest_capacity(self, headroom: float = 0.25) -> int:
         """Return a ``Heap`` capacity whose arena holds ``peak * (1 + headroom)``.
@@ -201,6 +204,7 @@ def usage_from_meta(meta: Any, npages: int) -> Usage:
         scoped_chunks=chunks_live,
         page=page,
         empty_requests=empty,
+        scoped_chunks_taken=chunks,
     )
 
 

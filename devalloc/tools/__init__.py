@@ -6,5 +6,5 @@ and SASS (``python -m devalloc.probes``) on the kernels of
 :mod:`.probe_kernels`; :mod:`.paths` walks the SASS instructions one call
 executes; :mod:`.codesize` what each extra call site of the
 device API costs; :mod:`.replayer` replays a recorded allocation trace on a fresh
-heap (``devalloc.replay``). The heap itself does not need any of them.
+heap (``devalloc.replay``); :mod:`.plot` draws the demo's ``--plot``. The heap itself does not need any of them.
 """
