@@ -2,7 +2,7 @@
 
 A first launch compiles the kernel: Numba types and lowers it (and, for a
 kernel that calls devalloc, the allocator's bodies unless the compiled-body
-cache has them: :mod:`devalloc.bodycache`), NVVM makes PTX, and the
+cache has them: :mod:`devalloc.device.bodycache`), NVVM makes PTX, and the
 driver assembles it to SASS. This script does the same for sm_90 without a
 GPU (``cuda.compile_ptx``, then ``ptxas``), each compilation in a process of
 its own, and compares, in the same run:
@@ -158,7 +158,7 @@ def separate(kind):
     from numba.cuda.cudadrv import nvvm
 
     import devalloc
-    from devalloc import bodycache
+    from devalloc.device import bodycache
     from devalloc.device import bodies
     from devalloc.tools import aot
 

@@ -113,11 +113,8 @@ _WHERE = {
 }
 
 
-#: Submodules reachable as attributes without an explicit import. ``aot``,
-#: ``observed``, ``probes`` and ``stats`` are old paths (devalloc._moved: the
-#: moved module, with a DeprecationWarning).
-_SUBMODULES = ("device", "host", "layout", "sim", "target", "tools",
-               "aot", "observed", "probes", "stats")
+#: Submodules reachable as attributes without an explicit import.
+_SUBMODULES = ("device", "host", "layout", "sim", "target", "tools")
 
 
 def _load():

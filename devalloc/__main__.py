@@ -227,7 +227,7 @@ def build_parser():
 
 def cache(args):
     """Run ``python -m devalloc cache``; return the exit status."""
-    from . import bodycache  # imports no numba
+    from .device import bodycache
 
     root = bodycache.cache_dir()
     files = bodycache.entries(root)

@@ -21,7 +21,7 @@ def source_hash():
 
     What compiled code depends on besides the version (a source tree edited
     under the same version): the compiled-body cache
-    (:mod:`devalloc.bodycache`) keys its folder with it, and a
+    (:mod:`devalloc.device.bodycache`) keys its folder with it, and a
     heap's ctx type carries it (:class:`devalloc.ctx.PagedMeta`), so that
     Numba's ``cache=True`` never loads a kernel compiled with another devalloc.
     Computed once per process (about a hundred files).

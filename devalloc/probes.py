@@ -1,8 +1,8 @@
-"""Old path of :mod:`devalloc.tools.probes` (moved): that module, and a DeprecationWarning.
+"""The command ``python -m devalloc.probes``: :func:`devalloc.tools.probes.main`.
 
-``python -m devalloc.probes`` stays the command (docs/guide.md, "What it costs"):
-run as a script this module runs :func:`devalloc.tools.probes.main`, with no
-warning.
+What devalloc costs in registers, spills and SASS (docs/guide.md, "What it
+costs"); the module itself is :mod:`devalloc.tools.probes`. Importing this
+one does nothing.
 """
 
 if __name__ == "__main__":
@@ -16,7 +16,3 @@ if __name__ == "__main__":
     from devalloc.tools.probes import main
 
     sys.exit(main())
-else:
-    from ._moved import alias
-
-    alias(__name__)

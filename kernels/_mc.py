@@ -55,7 +55,8 @@ from numba.cuda.random import init_xoroshiro128p_states_cpu, xoroshiro128p_dtype
 import devalloc
 
 from . import _methods
-from ._metering import Meter, malloc_bytes, nrt_enabled, precompile, resident_threads  # noqa: F401
+from ._metering import (Meter, malloc_bytes, nrt_enabled, precompile,  # noqa: F401
+                        resident_threads, signatures)
 
 if config.ENABLE_CUDASIM:
     # The simulator runs numba.cuda.random's wrapping uint64 arithmetic on
@@ -353,26 +354,4 @@ class Result:
         if self.expected is not None:
             line += f" ({self.expected_label}: {self.expected:.6g})"
         return [line]
-
-
-#: Argument words of :func:`signatures`: 1-D arrays of these element types.
-_ELEMENTS = ("float32", "float64", "int32", "int64", "boolean")
-
-
-def signatures(table):
-    """Return ``{kernel: argument types}`` for :func:`devalloc.tools.aot.compile_ptx`.
-
-    ``table`` maps a kernel name to its arguments as words: ``ctx`` (a
-    heap's ctx), ``states`` (RNG states), an element type (``int32``,
-    ``float64``, ...: a 1-D C array) or an element type followed by ``[2]``
-    (a 2-D C array).
-    """
-    from numba import types
-    from numba.cuda.random import xoroshiro128p_type
-
-    words = {"ctx": devalloc.ctx_type, "states": types.Array(xoroshiro128p_type, 1, "C")}
-    for name in _ELEMENTS:
-        words[name] = types.Array(getattr(types, name), 1, "C")
-        words[name + "[2]"] = types.Array(getattr(types, name), 2, "C")
-    return {kernel: tuple(words[w] for w in args.split()) for kernel, args in table.items()}
 

@@ -193,8 +193,6 @@ def precompile(module):
     """
     if config.ENABLE_CUDASIM:
         return
-    from ._mc import signatures
-
     for mod in (module, _scan):
         for name, sig in signatures(mod.SIGNATURES).items():
             getattr(mod, name).compile(sig)
@@ -242,3 +240,27 @@ def resident_threads(threads):
         return threads
     dev = cuda.get_current_device()
     return min(threads, dev.MULTIPROCESSOR_COUNT * dev.MAX_THREADS_PER_MULTIPROCESSOR)
+
+
+#: Argument words of :func:`signatures`: 1-D arrays of these element types.
+_ELEMENTS = ("float32", "float64", "int32", "int64", "boolean")
+
+
+def signatures(table):
+    """Return ``{kernel: argument types}`` for :func:`devalloc.tools.aot.compile_ptx`.
+
+    ``table`` maps a kernel name to its arguments as words: ``ctx`` (a
+    heap's ctx), ``states`` (RNG states), an element type (``int32``,
+    ``float64``, ...: a 1-D C array) or an element type followed by ``[2]``
+    (a 2-D C array).
+    """
+    from numba import types
+    from numba.cuda.random import xoroshiro128p_type
+
+    import devalloc
+
+    words = {"ctx": devalloc.ctx_type, "states": types.Array(xoroshiro128p_type, 1, "C")}
+    for name in _ELEMENTS:
+        words[name] = types.Array(getattr(types, name), 1, "C")
+        words[name + "[2]"] = types.Array(getattr(types, name), 2, "C")
+    return {kernel: tuple(words[w] for w in args.split()) for kernel, args in table.items()}

@@ -96,7 +96,7 @@ def pytest_configure(config):
     folder = tempfile.mkdtemp(prefix="devalloc-tests-")
     os.environ[SESSION_ENV] = folder
     os.environ.setdefault("DEVALLOC_PTX_CACHE", os.path.join(folder, "ptx"))
-    # and its compiled-body cache (devalloc.bodycache), not the user's
+    # and its compiled-body cache (devalloc.device.bodycache), not the user's
     os.environ.setdefault("DEVALLOC_CACHE_DIR", os.path.join(folder, "bodies"))
     config._devalloc_session = folder
 

@@ -1,4 +1,4 @@
-"""The package's layout (issue 31): no import circle, no long module without a reason, old paths kept.
+"""The package's layout: no import circle, no long module without a reason, nothing left over.
 
 * The import graph is read from the source (``ast``): every ``import`` and
   ``from ... import`` of every module of ``devalloc``, at module level or
@@ -13,9 +13,10 @@
 * A module of more than :data:`MAX_LINES` lines says why in its docstring, in
   a sentence that starts with :data:`REASON` ("Longer than 500 lines because
   ..."); shorter ones need nothing.
-* The modules at the old paths of moved ones (:data:`devalloc._moved.MOVED`)
-  give the moved module itself, with one DeprecationWarning; nothing in the
-  package imports them; ``python -m devalloc.probes`` stays the command.
+* Nothing left over at the top: no module at an old path (they were removed
+  before any release), at most :data:`MAX_TOP_MODULES` modules loose at
+  ``devalloc/``'s top, no import circle in ``kernels/`` either;
+  ``python -m devalloc.probes`` stays the command.
 """
 
 import ast
@@ -25,8 +26,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from devalloc._moved import MOVED
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "devalloc"
@@ -153,7 +152,7 @@ FORBIDDEN = {
     "device": {"host", "tools", "testing", "gpucheck"},
     "host": {"tools", "testing", "gpucheck"},
 }
-GROUND = {"devalloc.layout", "devalloc.bits", "devalloc.blocks", "devalloc.ctx",
+GROUND = {"devalloc.layout", "devalloc.ctx",
           "devalloc.target", "devalloc._version"}
 
 
@@ -218,13 +217,6 @@ def test_a_circle_is_found_and_named(tmp_path):
     assert circles(import_graph(pkg)) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
 
 
-def test_the_old_paths_are_not_imported_by_the_package():
-    graph = import_graph(PACKAGE)
-    users = sorted(f"{m} imports {old} (use {MOVED[old]})" for m, targets in graph.items()
-                   if m not in MOVED for old in targets & set(MOVED))
-    assert not users, "\n".join(users)
-
-
 # --------------------------------------------------------------- module size
 
 def _docstring(path):
@@ -272,63 +264,49 @@ def test_every_package_says_in_one_line_what_goes_in_it():
         assert first.endswith(".") and len(first.split()) >= 5, (init, first)
 
 
-# ----------------------------------------------------------------- old paths
+# ------------------------------------------------- the top: nothing left over
 
-OLD_PATHS = """
-import importlib, sys, warnings
-import devalloc
-for old, new in sorted({moved!r}.items()):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        exec(compile(f"import {{old}}", __file__, "exec"))  # an import statement of this file
-    module = sys.modules[old]
-    assert module is importlib.import_module(new) is sys.modules[old], old
-    ours = [w for w in caught if issubclass(w.category, DeprecationWarning)]
-    assert len(ours) == 1 and new in str(ours[0].message), (old, [str(w.message) for w in caught])
-    assert ours[0].filename == __file__, (old, ours[0].filename)  # the importing line
-    parent, _, child = old.rpartition(".")
-    assert getattr(sys.modules[parent], child) is module, old
-# the attributes of the package that were submodules before
-for name in ("aot", "observed", "probes", "stats"):
-    assert getattr(devalloc, name) is sys.modules["devalloc." + name]
-# set through the old name, seen by the new one (monkeypatching)
-import devalloc.stats, devalloc.host.stats
-devalloc.stats._probe_attr = 1
-assert devalloc.host.stats._probe_attr == 1
-print("ok")
-"""
+#: The old paths of modules that moved into host/ and tools/ before any
+#: release: removed (CHANGELOG.md, "Layout", says where each went).
+OLD_PATHS = ("aot", "codesize", "debug_host", "distributed", "gather", "observed", "paths",
+             "replayer", "report", "stats", "_moved")
+#: Modules loose at devalloc/'s top (``__init__`` aside) at most.
+MAX_TOP_MODULES = 8
 
 
-def test_old_paths_give_the_moved_module_with_a_deprecation_warning(tmp_path):
-    script = tmp_path / "old_paths.py"
-    script.write_text(OLD_PATHS.format(moved=MOVED))
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+def test_no_module_is_left_at_an_old_path():
+    left = [name for name in OLD_PATHS if (PACKAGE / f"{name}.py").exists()]
+    assert not left, left
 
 
-def test_the_package_warns_about_no_old_path_when_used():
-    # Every module at its new path, the public names, the lazy packages'
-    # names: no DeprecationWarning of devalloc's (warnings are errors here).
-    modules = sorted(m for m in modules_of(PACKAGE)
-                     if m not in MOVED and not m.endswith("__main__"))
-    submodules = "[n for n in devalloc._SUBMODULES if 'devalloc.' + n not in MOVED]"
+def test_few_modules_are_loose_at_the_top():
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= MAX_TOP_MODULES, top
+
+
+def test_the_examples_have_no_import_circle():
+    # kernels/ is installed as devalloc.examples: held to the package's rule.
+    found = circles(import_graph(ROOT / "kernels"))
+    assert not found, "\n".join(" -> ".join(c) for c in found)
+
+
+def test_using_the_package_warns_nothing():
+    # Every module, the public names, the lazy packages' names: no warning of
+    # devalloc's (warnings are errors here).
+    modules = sorted(m for m in modules_of(PACKAGE) if not m.endswith("__main__"))
     code = ("import importlib, devalloc, devalloc.host\n"
-            "from devalloc._moved import MOVED\n"
             f"for m in {modules!r}:\n    importlib.import_module(m)\n"
-            f"for n in devalloc.__all__ + {submodules}:\n"
+            "for n in devalloc.__all__ + list(devalloc._SUBMODULES):\n"
             "    getattr(devalloc, n)\n"
             "for n in devalloc.host.__all__:\n    getattr(devalloc.host, n)\n")
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(ROOT)}
-    # (-W's message: the start of the message; devalloc's moved paths only)
     proc = subprocess.run([sys.executable, "-W", "error:devalloc.:DeprecationWarning", "-c", code],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("command", [["devalloc.probes", "--help"]])
-def test_documented_commands_at_old_paths_run_without_a_warning(command):
+def test_documented_commands_run_without_a_warning(command):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     proc = subprocess.run([sys.executable, "-W", "error:devalloc.:DeprecationWarning", "-m",

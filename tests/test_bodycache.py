@@ -1,4 +1,4 @@
-"""The allocator's bodies compiled once: the disk cache (devalloc.bodycache) and its use.
+"""The allocator's bodies compiled once: the disk cache (devalloc.device.bodycache) and its use.
 
 The pure parts (folders, keys, entries, clearing) run here; the compile
 checks run in subprocesses with the real CUDA target (no GPU needed): a
@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 import cuda_target
-from devalloc import _version, bodycache
+from devalloc import _version
+from devalloc.device import bodycache
 
 
 # ------------------------------------------------------------ where
@@ -167,7 +168,8 @@ from numba import cuda, float64, types
 import devalloc
 from devalloc.tools import aot
 from devalloc.device import core
-from devalloc import bodycache, _version
+from devalloc import _version
+from devalloc.device import bodycache
 
 {one_site}
 def four(ctx, counts, out):

@@ -13,7 +13,7 @@ from numba import cuda
 from numba.core.errors import TypingError
 
 import devalloc
-from devalloc import blocks as B
+from devalloc.device import blocks as B
 
 NULL = devalloc.NULL
 HEAPS = [{}, {"debug": True}, {"profile": True, "trace": 4096},

@@ -28,7 +28,7 @@ KEYS = {"example", "target", "threads", "seed", "answer_name", "answer", "stderr
 USAGE_KEYS = {"capacity", "in_use", "reserved", "peak", "allocs", "frees", "failed",
               "invalid_frees", "live_blocks", "classes", "bump_allocs", "bump_bytes",
               "scoped_bytes", "scope_misuse", "large_blocks", "scoped_chunks", "profile",
-              "page", "empty_requests"}
+              "page", "empty_requests", "scoped_chunks_taken"}
 
 
 def run_cli(args, cwd, extra_env=None, timeout=300):

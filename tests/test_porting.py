@@ -2,7 +2,7 @@
 usable_size, alloc_aligned, carve; on normal, debug and observed heaps.
 
 Module-level kernels, small ``check_*`` helpers, thin ``test_*`` functions.
-The pure arithmetic under them (:mod:`devalloc.blocks`) is checked first,
+The pure arithmetic under them (:mod:`devalloc.device.blocks`) is checked first,
 exhaustively where that is cheap.
 """
 
@@ -11,7 +11,7 @@ import pytest
 from numba import cuda
 
 import devalloc
-from devalloc import blocks as B
+from devalloc.device import blocks as B
 from devalloc import layout as L
 
 NULL = devalloc.NULL

@@ -6,7 +6,7 @@ frees) through a wrapper function. This module makes that wrapper and
 everything its body needs into NVVM IR text once per (body, argument types,
 line info, process default): :func:`compile_body` types and lowers the body
 with Numba in a code library of its own, :func:`lookup` finds an entry made
-before (in this process, or on disk: :mod:`devalloc.bodycache`), and
+before (in this process, or on disk: :mod:`devalloc.device.bodycache`), and
 :func:`library` turns an entry into the code library a kernel links. NVVM
 compiles the text with the kernel, so a kernel's code is what it was when
 each kernel typed the body itself; a later process types none of the
@@ -31,7 +31,7 @@ import os
 from llvmlite import ir
 from numba.core import cgutils
 
-from .. import bodycache
+from . import bodycache
 from .outline_choice import call_graph
 
 
@@ -110,7 +110,7 @@ class _TextModule:
 
 
 #: key -> (texts, graphs, return type, symbol): the bodies this process
-#: compiled or read from disk (:mod:`devalloc.bodycache`).
+#: compiled or read from disk (:mod:`devalloc.device.bodycache`).
 _entries = {}
 #: key -> the code library of entry key's texts (made when first linked).
 _libraries = {}

@@ -5,7 +5,7 @@ items each, in a fixed order, each aligned): where a field starts depends
 on ``count``. ``realloc`` copies bytes, so a carved block it grows keeps
 its first field and loses the others' places; ``realloc_carved`` knows the
 layout and moves each field to its place for the new count. The byte
-arithmetic is :mod:`devalloc.blocks` (``carve_at``, ``carve_end``: pure,
+arithmetic is :mod:`devalloc.device.blocks` (``carve_at``, ``carve_end``: pure,
 unit-tested); the calls under it are the public ``alloc``, ``free``,
 ``usable_size`` and ``view``, so every kind of heap is served.
 
@@ -15,7 +15,7 @@ Who may call: any thread, in divergent code too, as ``alloc``/``free``.
 
 from numba import config, cuda, int64
 
-from .. import blocks as B
+from . import blocks as B
 from .. import layout as L
 from . import api
 from ._meta import _count
@@ -26,7 +26,7 @@ from .porting import _copy, _sim_dtype, usable_size, view
 def carve_end(pos, count, itemsize):
     """Return where ``count`` items of ``itemsize`` bytes end, placed aligned at or after ``pos``.
 
-    Pure arithmetic (:func:`devalloc.blocks.carve_end`): chain it to size a
+    Pure arithmetic (:func:`devalloc.device.blocks.carve_end`): chain it to size a
     block of several parallel arrays, padding included.
     """
     return B.carve_end(int64(pos), int64(count), int64(itemsize))

@@ -22,7 +22,7 @@ compiled by Numba; the kernel declares it and links the text that defines
 it (Numba links device functions ``linkonce_odr``: a kernel keeps one
 copy). That text is made once per (``f``, argument types, line info) and
 kept in the process and on disk (:mod:`devalloc.device.bodies`,
-:mod:`devalloc.bodycache`): a second kernel, or a second process, types
+:mod:`devalloc.device.bodycache`): a second kernel, or a second process, types
 none of the allocator; typing a call to it only looks its result type up.
 NVVM inlines ``f`` into the wrapper, so Numba's calling convention (the
 result written through a pointer to the caller's stack) stays inside it,

@@ -9,7 +9,7 @@ is built on the public ``alloc``/``free`` (:mod:`devalloc.device.api`), so
 it works on normal, debug and observed heaps; where the heaps differ
 (a debug block's guard and requested size) the path is chosen from the
 ctx's type when the kernel compiles (an ``@overload``), at call time on the
-simulator. The byte arithmetic is :mod:`devalloc.blocks` (pure, unit-tested).
+simulator. The byte arithmetic is :mod:`devalloc.device.blocks` (pure, unit-tested).
 
 Who may call: any thread, in divergent code too, as ``alloc``/``free``.
 ``array`` and the shaped ``view`` return arrays a kernel may keep in a
@@ -18,12 +18,12 @@ return an array it created otherwise).
 
 Each public function has its simulator body and its GPU ``@overload`` per
 heap kind side by side, so that the two cannot drift apart; the byte
-arithmetic under them is apart (:mod:`devalloc.blocks`).
+arithmetic under them is apart (:mod:`devalloc.device.blocks`).
 """
 
 from numba import config, cuda, int64
 
-from .. import blocks as B
+from . import blocks as B
 from .. import layout as L
 from . import api, core, debug, observe
 from ._meta import _at, _count, _load, _lo32, _npages, _pshift

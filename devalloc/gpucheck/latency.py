@@ -2,7 +2,7 @@
 
 A first call compiles the kernel (and, the first time on a machine, the
 allocator's bodies, which then stay in the compiled-body cache:
-:mod:`devalloc.bodycache`), loads it and launches it. Measured in fresh
+:mod:`devalloc.device.bodycache`), loads it and launches it. Measured in fresh
 processes, each timing its own first call and two later ones:
 
 * the one-``alloc`` kernel (:func:`devalloc.gpucheck.stress.one_alloc`) on

@@ -18,7 +18,7 @@ its class size (32 for the 32-, 96- and 160-byte classes, 64 for 64, 192,
 
 from numba.cuda.extending import register_jitable
 
-from . import layout as L
+from .. import layout as L
 
 #: Largest ``count * itemsize`` (or array size) the porting calls accept: any
 #: larger request cannot be served by any heap (MAX_PAGES pages), and every

@@ -98,7 +98,7 @@ def toolchain():
     import numba
     from numba.cuda.cudadrv import nvvm
 
-    from ._version import __version__, source_hash
+    from .._version import __version__, source_hash
 
     try:
         cuda_version = metadata.version("numba-cuda")

@@ -1,5 +1,0 @@
-"""Old path of :mod:`devalloc.host.gather` (moved): that module, and a DeprecationWarning."""
-
-from ._moved import alias
-
-alias(__name__)
