@@ -121,48 +121,95 @@ def _bridge_crosses(states, i, a, c):
     return 1.0 - xoroshiro128p_uniform_float64(states, i) < p
 
 
+def _path_with(take):
+    """Return the device function that simulates one path, written once for every version.
+
+    ``follow(store, states, i, payoff, counts, path, write)`` simulates path
+    ``i``, sets its payoff and the points it keeps (``counts[i]``), writing
+    them to ``path`` when ``write``, and returns ``(path, kept)``: the array
+    it ended with and whether the path keeps points for the bridge pass
+    (alive and in the money, and it came within the band). The versions
+    differ only in where the points go: when the path first comes within
+    the band, at step ``k``, ``take(store, path, k)`` returns the array for
+    its ``kept_points(k)`` points and True, or False when there is none to
+    be had (the heap is full: the path's payoff is NaN, no exact answer).
+    Inlined into the kernel (``take`` may return an array it made).
+    """
+
+    def follow(store, states, i, payoff, counts, path, write):
+        payoff[i] = 0.0
+        counts[i] = 0
+        n = 0  # points kept
+        x = LOG_SPOT
+        z2 = 0.0
+        alive = True
+        for k in range(NSTEPS):
+            if k % 2 == 0:
+                z, z2 = _normal_pair(states, i)
+            else:
+                z = z2
+            prev = x
+            x = prev + DRIFT + VOL * z
+            if x >= LOG_BARRIER:
+                alive = False
+                break
+            if n == 0 and LOG_BARRIER - x < BAND_LOG:
+                path, ok = take(store, path, k)
+                if not ok:
+                    payoff[i] = math.nan  # the heap is full: no exact answer
+                    return path, False
+                if write:
+                    path[0] = prev
+                n = 1
+            if n > 0:
+                if write:
+                    path[n] = x
+                n += 1
+        if not alive or x <= LOG_STRIKE:
+            return path, False  # pays 0 whatever the bridge says: nothing kept
+        payoff[i] = DISCOUNT * (math.exp(x) - STRIKE)
+        counts[i] = n
+        return path, n > 0
+
+    return cuda.jit(device=True, inline="always")(follow)
+
+
+@cuda.jit(device=True, inline="always")
+def _take_heap_block(ctx, path, k):
+    """The heap version's points: one block of exactly ``kept_points(k)`` float64."""
+    off = devalloc.alloc(ctx, 8 * kept_points(k))
+    return devalloc.view(ctx, off, kept_points(k), np.float64), off != devalloc.NULL
+
+
+@cuda.jit(device=True, inline="always")
+def _keep_in_place(store, path, k):
+    """The twins' points go to the array they were given (the worst case, or the exact row)."""
+    return path, True
+
+
+def _take_nrt(store, path, k):
+    """The NRT twin's points: an ``np.empty`` array of ``kept_points(k)`` float64."""
+    return np.empty(kept_points(k), np.float64), True
+
+
+_follow_heap = _path_with(_take_heap_block)
+_follow = _path_with(_keep_in_place)
+_follow_nrt = _path_with(cuda.jit(device=True, inline="always")(_take_nrt))
+
+
 @cuda.jit
 def barrier_heap(ctx, states, payoff, heads, counts):
     i = cuda.grid(1)
     if i >= payoff.shape[0]:
         return
-    payoff[i] = 0.0
     heads[i] = devalloc.NULL
-    counts[i] = 0
-    off = devalloc.NULL  # the block of kept points: none until the band
-    pts = devalloc.view(ctx, off, 0, np.float64)  # empty until then
-    n = 0  # points kept
-    x = LOG_SPOT
-    z2 = 0.0
-    alive = True
-    for k in range(NSTEPS):
-        if k % 2 == 0:
-            z, z2 = _normal_pair(states, i)
-        else:
-            z = z2
-        prev = x
-        x = prev + DRIFT + VOL * z
-        if x >= LOG_BARRIER:
-            alive = False
-            break
-        if n == 0 and LOG_BARRIER - x < BAND_LOG:
-            off = devalloc.alloc(ctx, 8 * kept_points(k))
-            if off == devalloc.NULL:
-                payoff[i] = math.nan  # the heap is full: no exact answer
-                return
-            pts = devalloc.view(ctx, off, kept_points(k), np.float64)
-            pts[0] = prev
-            n = 1
-        if n > 0:
-            pts[n] = x
-            n += 1
-    if not alive or x <= LOG_STRIKE:
-        devalloc.free(ctx, off)  # pays 0 whatever the bridge says (NULL: nothing kept)
-        return
-    payoff[i] = DISCOUNT * (math.exp(x) - STRIKE)
-    if n > 0:
-        heads[i] = off  # kept for the second pass: exactly its n points
-        counts[i] = n
+    # The block of kept points: none until the band (an empty view).
+    pts, kept = _follow_heap(ctx, states, i, payoff, counts,
+                             devalloc.view(ctx, devalloc.NULL, 0, np.float64), True)
+    if kept:
+        heads[i] = devalloc.offset_of(ctx, pts)  # for the second pass: exactly its points
+    else:
+        devalloc.free(ctx, devalloc.offset_of(ctx, pts))  # (NULL: nothing was taken)
 
 
 @cuda.jit
@@ -173,43 +220,6 @@ def bridge_heap(ctx, states, payoff, heads, counts):
     _bridge(devalloc.view(ctx, heads[i], counts[i], np.float64), states, i, payoff, counts)
     devalloc.free(ctx, heads[i])
     heads[i] = devalloc.NULL
-
-
-@cuda.jit(device=True)
-def _keep_path(states, i, path, write, payoff, counts):
-    """Simulate path ``i``; set its payoff and the points it keeps (``counts[i]``).
-
-    Writes the kept points to ``path`` when ``write`` (``path`` may be empty
-    otherwise); a path that dies or ends out of the money keeps none.
-    """
-    payoff[i] = 0.0
-    counts[i] = 0
-    n = 0
-    x = LOG_SPOT
-    z2 = 0.0
-    alive = True
-    for k in range(NSTEPS):
-        if k % 2 == 0:
-            z, z2 = _normal_pair(states, i)
-        else:
-            z = z2
-        prev = x
-        x = prev + DRIFT + VOL * z
-        if x >= LOG_BARRIER:
-            alive = False
-            break
-        if n == 0 and LOG_BARRIER - x < BAND_LOG:
-            if write:
-                path[0] = prev
-            n = 1
-        if n > 0:
-            if write:
-                path[n] = x
-            n += 1
-    if not alive or x <= LOG_STRIKE:
-        return
-    payoff[i] = DISCOUNT * (math.exp(x) - STRIKE)
-    counts[i] = n
 
 
 @cuda.jit(device=True)
@@ -226,7 +236,7 @@ def barrier_worst_case(scratch, states, payoff, counts):
     i = cuda.grid(1)
     if i >= payoff.shape[0]:
         return
-    _keep_path(states, i, scratch[i], True, payoff, counts)  # NSTEPS + 1 points for every path
+    _follow(0, states, i, payoff, counts, scratch[i], True)  # NSTEPS + 1 points for every path
 
 
 @cuda.jit
@@ -243,7 +253,7 @@ def barrier_count(states, payoff, counts):
     i = cuda.grid(1)
     if i >= payoff.shape[0]:
         return
-    _keep_path(states, i, payoff[:0], False, payoff, counts)
+    _follow(0, states, i, payoff, counts, payoff[:0], False)
 
 
 @cuda.jit
@@ -254,7 +264,7 @@ def barrier_fill(states, starts, points, payoff, counts):
         return
     s = starts[i]
     n = counts[i]
-    _keep_path(states, i, points[s:s + n], n > 0, payoff, counts)
+    _follow(0, states, i, payoff, counts, points[s:s + n], n > 0)
 
 
 @cuda.jit
@@ -279,35 +289,9 @@ def _barrier_nrt(states, payoff, counts):
     i = cuda.grid(1)
     if i >= payoff.shape[0]:
         return
-    payoff[i] = 0.0
-    counts[i] = 0
-    path = np.empty(0, np.float64)
-    n = 0
-    x = LOG_SPOT
-    z2 = 0.0
-    alive = True
-    for k in range(NSTEPS):
-        if k % 2 == 0:
-            z, z2 = _normal_pair(states, i)
-        else:
-            z = z2
-        prev = x
-        x = prev + DRIFT + VOL * z
-        if x >= LOG_BARRIER:
-            alive = False
-            break
-        if n == 0 and LOG_BARRIER - x < BAND_LOG:
-            path = np.empty(kept_points(k), np.float64)
-            path[0] = prev
-            n = 1
-        if n > 0:
-            path[n] = x
-            n += 1
-    if not alive or x <= LOG_STRIKE:
-        return
-    payoff[i] = DISCOUNT * (math.exp(x) - STRIKE)
-    counts[i] = n
-    _bridge(path, states, i, payoff, counts)
+    path, kept = _follow_nrt(0, states, i, payoff, counts, np.empty(0, np.float64), True)
+    if kept:
+        _bridge(path, states, i, payoff, counts)
 
 
 #: Compiled (and launched) only with NRT on: see ``_mc.nrt_enabled``.

@@ -130,93 +130,107 @@ def _clear(out, i):
         out[i, c] = 0
 
 
+def _history_with(grow):
+    """Return the device function that follows one history, written once for every version.
+
+    ``follow(store, states, i, out, stack, cap)`` follows history ``i``, its
+    pending secondaries on ``stack`` (``cap`` entries of two float64: x and
+    mu), tallies in ``out`` and returns the stack it ended with. The
+    versions differ only in where the stack comes from: when it is full,
+    below MAX_STACK entries, ``grow(store, stack, depth, cap)`` returns a
+    stack with room (its first ``depth`` entries kept) and its capacity, or
+    the same stack and capacity (a secondary that finds it full is then
+    lost, as every version drops one at MAX_STACK). Inlined into the kernel
+    (``grow`` may return an array it made: a view of a heap block, or
+    ``np.empty``'s).
+    """
+
+    def follow(store, states, i, out, stack, cap):
+        _clear(out, i)
+        depth = 0
+        x = 0.0
+        mu = 1.0
+        done = False
+        for _ in range(MAX_FLIGHTS):
+            event, x, mu, mu2 = _flight(states, i, x, mu)
+            if event == _SPLIT:
+                if depth == cap and cap < MAX_STACK:
+                    stack, cap = grow(store, stack, depth, cap)
+                if depth < cap:
+                    stack[2 * depth] = x
+                    stack[2 * depth + 1] = mu2
+                    depth += 1
+                    out[i, MAX_DEPTH] = max(out[i, MAX_DEPTH], depth)
+                else:
+                    out[i, LOST] += 1  # stack at MAX_STACK, or no room to grow it
+                continue
+            if event == _SCATTER:
+                continue
+            if event == _ABSORB:
+                out[i, ABSORBED] += 1
+            else:
+                _tally_leak(out, i, x)
+            if depth == 0:
+                done = True
+                break
+            depth -= 1
+            x = stack[2 * depth]
+            mu = stack[2 * depth + 1]
+        if not done:
+            out[i, LOST] += 1 + depth  # the particle in flight and those waiting
+        return stack
+
+    return cuda.jit(device=True, inline="always")(follow)
+
+
+def _next_cap(cap):
+    return STACK0 if cap == 0 else min(2 * cap, MAX_STACK)
+
+
+@cuda.jit(device=True, inline="always")
+def _grow_on_heap(ctx, stack, depth, cap):
+    """The heap version's growth: ``realloc`` to twice the entries (the first: STACK0).
+
+    ``realloc`` of the empty stack's NULL allocates; it copies the entries
+    to a new block and frees the old one (or stays in place); on NULL the
+    old stack stays the history's.
+    """
+    new_cap = _next_cap(cap)
+    off = devalloc.realloc(ctx, devalloc.offset_of(ctx, stack), new_cap * ENTRY_BYTES)
+    if off == devalloc.NULL:
+        return stack, cap
+    return devalloc.view(ctx, off, 2 * new_cap, np.float64), new_cap
+
+
+@cuda.jit(device=True, inline="always")
+def _no_growth(store, stack, depth, cap):
+    """The twins' stacks are as large as they will be: the worst case, or the exact depth."""
+    return stack, cap
+
+
+def _grow_nrt(store, stack, depth, cap):
+    """The NRT twin's growth: an ``np.empty`` array twice as large, the entries copied."""
+    new_cap = _next_cap(cap)
+    bigger = np.empty(2 * new_cap, np.float64)
+    for k in range(2 * depth):
+        bigger[k] = stack[k]
+    return bigger, new_cap
+
+
+_next_cap = cuda.jit(device=True)(_next_cap)
+_follow_heap = _history_with(_grow_on_heap)
+_follow = _history_with(_no_growth)
+_follow_nrt = _history_with(cuda.jit(device=True, inline="always")(_grow_nrt))
+
+
 @cuda.jit
 def transport_heap(ctx, states, out):
     i = cuda.grid(1)
     if i >= out.shape[0]:
         return
-    _clear(out, i)
-    off = devalloc.NULL  # the stack: none until the first split
-    cap = 0
-    depth = 0
-    stack = devalloc.view(ctx, off, 0, np.float64)  # empty until allocated
-    x = 0.0
-    mu = 1.0
-    done = False
-    for _ in range(MAX_FLIGHTS):
-        event, x, mu, mu2 = _flight(states, i, x, mu)
-        if event == _SPLIT:
-            if depth == cap and cap < MAX_STACK:
-                # Grow: realloc copies the entries to a block twice as large
-                # and frees the old one; on NULL the old stack stays ours.
-                new_cap = STACK0 if cap == 0 else min(2 * cap, MAX_STACK)
-                new_off = devalloc.realloc(ctx, off, new_cap * ENTRY_BYTES)
-                if new_off != devalloc.NULL:
-                    off = new_off
-                    cap = new_cap
-                    stack = devalloc.view(ctx, off, 2 * cap, np.float64)
-            if depth < cap:
-                stack[2 * depth] = x
-                stack[2 * depth + 1] = mu2
-                depth += 1
-                out[i, MAX_DEPTH] = max(out[i, MAX_DEPTH], depth)
-            else:
-                out[i, LOST] += 1  # stack at MAX_STACK, or the heap is full
-            continue
-        if event == _SCATTER:
-            continue
-        if event == _ABSORB:
-            out[i, ABSORBED] += 1
-        else:
-            _tally_leak(out, i, x)
-        if depth == 0:
-            done = True
-            break
-        depth -= 1
-        x = stack[2 * depth]
-        mu = stack[2 * depth + 1]
-    if not done:
-        out[i, LOST] += 1 + depth  # the particle in flight and those waiting
-    devalloc.free(ctx, off)
-
-
-@cuda.jit(device=True)
-def _transport(states, i, out, stack, cap):
-    """Follow history ``i``, its pending secondaries on ``stack`` (``cap`` entries); tally in ``out``.
-
-    ``stack`` holds ``2 cap`` float64 (x, mu per entry); a secondary that
-    finds it full is lost, as in the heap version at MAX_STACK.
-    """
-    _clear(out, i)
-    depth = 0
-    x = 0.0
-    mu = 1.0
-    done = False
-    for _ in range(MAX_FLIGHTS):
-        event, x, mu, mu2 = _flight(states, i, x, mu)
-        if event == _SPLIT:
-            if depth < cap:
-                stack[2 * depth] = x
-                stack[2 * depth + 1] = mu2
-                depth += 1
-                out[i, MAX_DEPTH] = max(out[i, MAX_DEPTH], depth)
-            else:
-                out[i, LOST] += 1
-            continue
-        if event == _SCATTER:
-            continue
-        if event == _ABSORB:
-            out[i, ABSORBED] += 1
-        else:
-            _tally_leak(out, i, x)
-        if depth == 0:
-            done = True
-            break
-        depth -= 1
-        x = stack[2 * depth]
-        mu = stack[2 * depth + 1]
-    if not done:
-        out[i, LOST] += 1 + depth
+    # The stack: none until the first split (an empty view), then realloc's.
+    stack = _follow_heap(ctx, states, i, out, devalloc.view(ctx, devalloc.NULL, 0, np.float64), 0)
+    devalloc.free(ctx, devalloc.offset_of(ctx, stack))  # (NULL: nothing to free)
 
 
 @cuda.jit
@@ -224,7 +238,7 @@ def transport_worst_case(scratch, states, out):
     i = cuda.grid(1)
     if i >= out.shape[0]:
         return
-    _transport(states, i, out, scratch[i], MAX_STACK)  # MAX_STACK entries for every history
+    _follow(0, states, i, out, scratch[i], MAX_STACK)  # MAX_STACK entries for every history
 
 
 @cuda.jit
@@ -240,7 +254,7 @@ def transport_count(states, out, counts):
     if i >= counts.shape[0]:
         return
     stack = cuda.local.array(STACK_SLOTS, np.float64)
-    _transport(states, i, out, stack, MAX_STACK)
+    _follow(0, states, i, out, stack, MAX_STACK)
     counts[i] = 2 * out[i, MAX_DEPTH]
 
 
@@ -251,7 +265,7 @@ def transport_fill(states, counts, starts, stacks, out):
     if i >= counts.shape[0]:
         return
     s = starts[i]
-    _transport(states, i, out, stacks[s:s + counts[i]], counts[i] // 2)
+    _follow(0, states, i, out, stacks[s:s + counts[i]], counts[i] // 2)
 
 
 def _transport_nrt(states, out):
@@ -259,45 +273,7 @@ def _transport_nrt(states, out):
     i = cuda.grid(1)
     if i >= out.shape[0]:
         return
-    _clear(out, i)
-    stack = np.empty(0, np.float64)
-    cap = 0
-    depth = 0
-    x = 0.0
-    mu = 1.0
-    done = False
-    for _ in range(MAX_FLIGHTS):
-        event, x, mu, mu2 = _flight(states, i, x, mu)
-        if event == _SPLIT:
-            if depth == cap and cap < MAX_STACK:
-                # Grow: an array twice as large, copy; the old one dies (free).
-                cap = STACK0 if cap == 0 else min(2 * cap, MAX_STACK)
-                bigger = np.empty(2 * cap, np.float64)
-                for k in range(2 * depth):
-                    bigger[k] = stack[k]
-                stack = bigger
-            if depth < cap:
-                stack[2 * depth] = x
-                stack[2 * depth + 1] = mu2
-                depth += 1
-                out[i, MAX_DEPTH] = max(out[i, MAX_DEPTH], depth)
-            else:
-                out[i, LOST] += 1
-            continue
-        if event == _SCATTER:
-            continue
-        if event == _ABSORB:
-            out[i, ABSORBED] += 1
-        else:
-            _tally_leak(out, i, x)
-        if depth == 0:
-            done = True
-            break
-        depth -= 1
-        x = stack[2 * depth]
-        mu = stack[2 * depth + 1]
-    if not done:
-        out[i, LOST] += 1 + depth
+    _follow_nrt(0, states, i, out, np.empty(0, np.float64), 0)
 
 
 #: Compiled (and launched) only with NRT on: see ``_mc.nrt_enabled``.

@@ -76,10 +76,7 @@ def variance_heap(ctx, states, out):
     off = devalloc.alloc(ctx, n * 4)
     if off == devalloc.NULL:
         return  # heap full: reported as NaN and counted in usage().failed
-    buf = devalloc.view(ctx, off, n, np.float32)
-    for j in range(n):
-        buf[j] = xoroshiro128p_uniform_float32(states, i)
-    out[i] = _variance(buf, n)
+    out[i] = _fill_variance(devalloc.view(ctx, off, n, np.float32), n, states, i)
     devalloc.free(ctx, off)
 
 
