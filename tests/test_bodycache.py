@@ -274,3 +274,58 @@ def test_numba_cache_true_keeps_a_kernel_that_takes_a_ctx(tmp_path):
     assert first == {"hits": 0, "misses": 1, "typed_alloc": 1}
     second = cuda_target.last_json(run, env=env)
     assert second == {"hits": 1, "misses": 0, "typed_alloc": 0}
+
+
+# ------------------------------------------------ names of an entry from disk
+
+WRAPPER_TEXT = '''define linkonce_odr i64 @"devalloc_w"(i64 %".1") {
+  %".3" = call i64 @"_ZN4core5allocB3v98E"(i64 %".1")
+  ret i64 %".3"
+}
+declare i64 @"_ZN4core5allocB3v98E"(i64 %".1")
+'''
+BODY_TEXT = '''define linkonce_odr i64 @"_ZN4core5allocB3v98E"(i64 %".1") {
+  %".2" = call i64 @"_ZN5index11_counts_addB2v5E"(i64 %".1")
+  %".3" = call i64 @"_ZN5index11_counts_addB2v51E"(i64 %".2")
+  %".4" = call i64 @"__nv_popcll"(i64 %".3")
+  ret i64 %".4"
+}
+define linkonce_odr i64 @"_ZN5index11_counts_addB2v5E"(i64 %".1") {
+  ret i64 %".1"
+}
+declare i64 @"_ZN5index11_counts_addB2v51E"(i64 %".1")
+declare i64 @"__nv_popcll"(i64 %".1")
+'''
+
+
+def test_an_entry_from_another_process_gets_names_of_its_own():
+    # Numba's names carry a per-process counter (v5, v51): the same name in
+    # two processes' texts need not be the same function. Every function
+    # the entry defines gets the writer's suffix, in definitions, calls and
+    # call graphs; the wrapper keeps its symbol; declared-only names (here
+    # one that is a prefix of a defined one's: v5 and v51) are left alone.
+    from devalloc.device import bodies
+
+    graphs = [({"devalloc_w": {"_ZN4core5allocB3v98E": 1}}, {"devalloc_w": 2}, {"devalloc_w"},
+               set()),
+              ({"_ZN4core5allocB3v98E": {"_ZN5index11_counts_addB2v5E": 1, "__nv_popcll": 1},
+                "_ZN5index11_counts_addB2v5E": {}}, {"_ZN4core5allocB3v98E": 4,
+                                                     "_ZN5index11_counts_addB2v5E": 1},
+               set(), set())]
+    entry = ([WRAPPER_TEXT, BODY_TEXT], graphs, "int64", "devalloc_w")
+    texts, new_graphs, rettype, symbol = bodies.own_names(entry, "abc123")
+    assert symbol == "devalloc_w" and rettype == "int64"
+    assert '@"devalloc_w"(' in texts[0]
+    assert texts[0].count('@"_ZN4core5allocB3v98E_dvabc123"') == 2  # the call and the declaration
+    body = texts[1]
+    assert body.count('@"_ZN5index11_counts_addB2v5E_dvabc123"') == 2
+    assert '@"_ZN5index11_counts_addB2v51E"' in body and "v51E_dv" not in body
+    assert '@"__nv_popcll"' in body and "popcll_dv" not in body
+    calls = new_graphs[1][0]
+    assert calls["_ZN4core5allocB3v98E_dvabc123"] == {"_ZN5index11_counts_addB2v5E_dvabc123": 1,
+                                                      "__nv_popcll": 1}
+    assert new_graphs[0][0] == {"devalloc_w": {"_ZN4core5allocB3v98E_dvabc123": 1}}
+    assert new_graphs[0][2] == {"devalloc_w"}
+    # one process's entries keep their shared helpers' names together
+    again = bodies.own_names(entry, "abc123")
+    assert again[0] == texts

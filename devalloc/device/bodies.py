@@ -27,6 +27,7 @@ Who calls: :mod:`devalloc.device.outline`, while a kernel is typed
 """
 
 import os
+import re
 
 from llvmlite import ir
 from numba.core import cgutils
@@ -141,15 +142,65 @@ def key(f, mark, pages, args, default):
             tuple(str(a) for a in args))
 
 
+#: This process's mark on the entries it writes to disk (:func:`own_names`).
+WRITER = os.urandom(6).hex()
+
+
 def lookup(key):
-    """Return the entry of ``key`` made in this process or read from disk, or None."""
+    """Return the entry of ``key`` made in this process or read from disk, or None.
+
+    An entry read from disk gets names of its own (:func:`own_names`).
+    """
     entry = _entries.get(key)
     if entry is None:
         disk = _disk_cache()
-        entry = disk.load(key) if disk is not None else None
-        if entry is not None:
+        stored = disk.load(key) if disk is not None else None
+        if stored is not None and len(stored) == 5:
+            *entry, writer = stored
+            entry = own_names(tuple(entry), writer) if writer != WRITER else tuple(entry)
             _entries[key] = entry
     return entry
+
+
+_DEFINED = re.compile(r'^define [^@\n]*@"([^"]+)"\(', re.M)
+
+
+def own_names(entry, writer):
+    """Return ``entry`` (read from disk, written by process ``writer``) with names of its own.
+
+    Numba's mangled names carry a per-process counter: the same name in
+    texts written by two processes, or in one of them and this process's
+    own code, need not be the same function (another variant, calling
+    callees of other names). Every function the entry's texts define is
+    renamed, in its definitions, its calls and its call graph, with a
+    suffix of ``writer``'s: entries one process wrote share their helpers
+    among themselves (as in that process), and nothing else. The wrapper
+    keeps its symbol (the kernel calls it by that name). Names the texts
+    only declare are left alone.
+    """
+    texts, graphs, rettype, symbol = entry
+    defined = set()
+    for t in texts:
+        defined.update(_DEFINED.findall(t))
+    defined.discard(symbol)
+    if not defined:
+        return entry
+    tag = "_dv" + writer
+    new = {n: n + tag for n in defined}
+
+    def rename_text(t):
+        return re.sub(r'@"([^"]+)"', lambda m: f'@"{new.get(m.group(1), m.group(1))}"', t)
+
+    def r(n):
+        return new.get(n, n)
+
+    def rename_graph(g):
+        calls, sizes, marked, shared = g
+        return ({r(f): {r(c): k for c, k in cs.items()} for f, cs in calls.items()},
+                {r(f): v for f, v in sizes.items()},
+                type(marked)(r(f) for f in marked), type(shared)(r(f) for f in shared))
+
+    return ([rename_text(t) for t in texts], [rename_graph(g) for g in graphs], rettype, symbol)
 
 
 def library(context, key):
@@ -266,5 +317,5 @@ def get(context, f, sig, fnty, symbol, mark, pages, rebuild, default):
         _entries[k] = compile_body(context, fnty, symbol, f, sig, mark, rebuild)
         disk = _disk_cache()
         if disk is not None:
-            disk.store(k, _entries[k])
+            disk.store(k, (*_entries[k], WRITER))
     return _entries[k][3], library(context, k)

@@ -46,13 +46,17 @@ ENV_DIR = "DEVALLOC_CACHE_DIR"
 #: ``true``, ``yes``). Off by default: a kernel that linked bodies written by
 #: several processes that compiled at the same time failed in ptxas once
 #: ("Unresolved extern function", tests/test_codesize.py with the session's
-#: shared cache), not understood yet. The bodies are compiled once per
-#: process either way.
+#: shared cache). Numba's names carry a per-process counter, so texts of two
+#: processes could give one name to two different functions; entries read
+#: from disk now get names of their own (:func:`devalloc.device.bodies.own_names`),
+#: and the compile tests pass with the cache on for the whole session, but
+#: the failure was never reproduced, so the default waits for more runs.
+#: The bodies are compiled once per process either way.
 ENV_SWITCH = "DEVALLOC_CACHE"
 #: The suffix of an entry's file.
 SUFFIX = ".body"
 #: The format of an entry (part of the toolchain: a new format is a new folder).
-FORMAT = 2
+FORMAT = 3
 
 def default_dir(platform=None, environ=None, home=None):
     """Return the user's cache folder for devalloc on ``platform`` (``sys.platform``).
