@@ -20,6 +20,8 @@ together; a split would scatter the tables that must agree. The pure
 arithmetic of the porting API is apart (:mod:`devalloc.device.blocks`).
 """
 
+from typing import NamedTuple
+
 from numba.cuda.extending import register_jitable
 
 # ================================================================ bits
@@ -822,6 +824,52 @@ def record_word(i, field):
 def debug_size_slots(npages, ps=PAGE_SHIFT):
     """Return the ``sizes`` entries of a debug heap of ``npages`` pages of ``2**ps`` bytes."""
     return npages << (ps - DEBUG_SLOT_SHIFT)
+
+
+class Geometry(NamedTuple):
+    """A heap's geometry: every figure the host needs of it, computed once.
+
+    Made by :func:`geometry` when a heap is built (``heap.geometry``): the
+    host reads its figures there, not one call into this module at a time.
+    Kernels read the same figures from the metadata array: its length (the
+    pages) and its type (the page shift, :class:`devalloc.ctx.PagedMeta`).
+    """
+
+    #: Pages of the arena, and log2 of their bytes.
+    npages: int
+    page_shift: int
+    #: ``int64`` words of the metadata (:func:`meta_words`).
+    meta_words: int
+    #: The metadata word where the free-page index starts (:func:`free_tree`).
+    free_tree_at: int
+    #: log2 of the most hint slots a size class may spread over (:func:`spread_log_max`).
+    spread_log_max: int
+    #: Entries of a debug heap's table of requested sizes (:func:`debug_size_slots`).
+    debug_slots: int
+
+    @property
+    def arena_bytes(self):
+        """Bytes of the arena: what the heap can hand out."""
+        return self.npages << self.page_shift
+
+    @property
+    def meta_bytes(self):
+        """Bytes of the metadata, beside the arena."""
+        return 8 * self.meta_words
+
+    @property
+    def memory_bytes(self):
+        """Bytes of the arena and its metadata together (:func:`memory_for_pages`)."""
+        return self.arena_bytes + self.meta_bytes
+
+
+def geometry(npages, ps=PAGE_SHIFT, sms=1):
+    """Return the :class:`Geometry` of a heap of ``npages`` pages of ``2**ps`` bytes.
+
+    ``sms``: the device's SM count (the spread's bound). Host code only.
+    """
+    return Geometry(npages, ps, meta_words(npages, ps), free_tree(npages, ps),
+                    spread_log_max(npages, sms), debug_size_slots(npages, ps))
 
 
 # ============================================================ trace record

@@ -362,3 +362,25 @@ def test_words_above_is_a_ceiling_up_to_2_to_the_32(n):
     from devalloc.device import index
 
     assert int(index._words_above.py_func(np.uint32(n))) == -(-n // 32)
+
+
+@pytest.mark.parametrize("npages,ps,sms", [(1, 14, 1), (7, 10, 132), (300, 12, 8), (65536, 14, 132)])
+def test_a_heaps_geometry_is_every_figure_at_once(npages, ps, sms):
+    g = L.geometry(npages, ps, sms)
+    assert (g.npages, g.page_shift) == (npages, ps)
+    assert g.meta_words == L.meta_words(npages, ps) and g.meta_bytes == L.meta_bytes(npages, ps)
+    assert g.free_tree_at == L.free_tree(npages, ps)
+    assert g.spread_log_max == L.spread_log_max(npages, sms)
+    assert g.debug_slots == L.debug_size_slots(npages, ps)
+    assert g.arena_bytes == L.capacity_for_pages(npages, ps)
+    assert g.memory_bytes == L.memory_for_pages(npages, ps)
+
+
+def test_a_heap_keeps_its_geometry():
+    import devalloc
+
+    heap = devalloc.Heap(1 << 20, page="auto")
+    g = heap.geometry
+    assert (g.npages, 1 << g.page_shift) == (heap.npages, heap.page)
+    assert g.arena_bytes == heap.capacity and g.meta_bytes == heap.meta_bytes
+    assert heap.spread == 1 << g.spread_log_max

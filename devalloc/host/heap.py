@@ -236,12 +236,11 @@ class Heap(Reading, Running):
         else:
             ps = check_page(self._page_option, capacity)
             capacity = check_capacity(capacity, ps=ps)
-            npages = L.pages_for_capacity(capacity, ps)
-            self._check_free_memory(capacity, L.memory_for_pages(npages, ps))
+            geo = L.geometry(L.pages_for_capacity(capacity, ps), ps, self._sms)
+            self._check_free_memory(capacity, geo.memory_bytes)
             try:
-                self._arena = cuda.device_array(npages << ps, np.uint8, stream=self.stream)
-                self._meta = cuda.device_array(L.meta_words(npages, ps), np.int64,
-                                               stream=self.stream)
+                self._arena = cuda.device_array(geo.arena_bytes, np.uint8, stream=self.stream)
+                self._meta = cuda.device_array(geo.meta_words, np.int64, stream=self.stream)
             except Exception as e:  # CudaAPIError(CUDA_ERROR_OUT_OF_MEMORY)
                 # The simulator's device memory is host memory: NumPy's MemoryError.
                 if isinstance(e, MemoryError) or "OUT_OF_MEMORY" in str(e) or (
@@ -257,19 +256,22 @@ class Heap(Reading, Running):
         self._lease = Lease(f"Heap(capacity={capacity})")  # (ends with close, resize)
         self._meta = paged_meta(self._meta, ps, self.outline, self._lease)
         self._other = {}  # ctx_with's ctxs of the other outline choices, made on first use
-        self.npages = self._arena.size >> ps
+        #: The heap's geometry (pages, metadata words, where the free-page
+        #: index starts, the spread's bound, debug slots), computed once.
+        self.geometry = geo = L.geometry(self._arena.size >> ps, ps, self._sms)
+        self.npages = geo.npages
         # The free-page index starts with every page free: kept on the device
         # so that reset copies it without the host (a device-to-device copy).
         self._index = cuda.to_device(free_index_template(self.npages), stream=self.stream)
-        self.spread = 1 << L.spread_log_max(self.npages, self._sms)
-        self._spread_max = cuda.to_device(
-            np.array([L.spread_log_max(self.npages, self._sms)], np.int64), stream=self.stream)
+        self.spread = 1 << geo.spread_log_max
+        self._spread_max = cuda.to_device(np.array([geo.spread_log_max], np.int64),
+                                          stream=self.stream)
         self._clear_meta(self.stream)
         if self.debug:
             self._debug = cuda.device_array(L.DEBUG_WORDS, np.int64, stream=self.stream)
             _zero(self._debug, L.DEBUG_WORDS * 8, self.stream)
             # Written by alloc before it is read: zeroed once, not by reset.
-            self._sizes = cuda.device_array(L.debug_size_slots(self.npages, ps), np.uint16,
+            self._sizes = cuda.device_array(geo.debug_slots, np.uint16,
                                             stream=self.stream)
             _zero(self._sizes, self._sizes.size * 2, self.stream)
             self._ctx = DebugCtx(self._arena, self._meta, self._debug, self._sizes)
@@ -364,7 +366,7 @@ class Heap(Reading, Running):
     def meta_bytes(self) -> int:
         """Device bytes the heap's metadata takes beside the arena (inside
         ``memory=``, within the buffer): header, page states, bitmaps, index."""
-        return L.meta_bytes(self.npages, self.page_shift)
+        return self.geometry.meta_bytes
 
     @property
     def arena(self) -> Any:
@@ -425,7 +427,7 @@ class Heap(Reading, Running):
         index (every page free) and the spread's bound, from device copies
         made once (device-to-device: no host synchronization)."""
         _zero(self._meta, self._meta.size * 8, stream)
-        at = L.free_tree(self.npages, self.page_shift)
+        at = self.geometry.free_tree_at
         self._meta[at:at + self._index.size].copy_to_device(self._index, stream=stream)
         self._meta[L.H_SPREAD_MAX:L.H_SPREAD_MAX + 1].copy_to_device(self._spread_max, stream=stream)
 
