@@ -1,4 +1,4 @@
-"""The figures the docs quote are the code's (issue 51, issue 52).
+"""The figures the docs quote are the code's, and the GPU report's.
 
 ``docs/figures.json`` is written by ``bench/figures.py`` (the examples at
 256 threads, seed 1, on the simulator). The fast tier checks that README.md
@@ -65,3 +65,38 @@ def test_the_figures_file_holds_what_the_examples_give():
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "figures.py"), "--check"],
                           capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _report_rows(text, section):
+    """Return the rows of the first table under ``## section`` of a GPU report, as cell lists."""
+    part = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in part.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[1:]
+            if not set(line) <= set("|-: ")]
+
+
+def test_the_readmes_gpu_figures_are_the_linked_reports():
+    readme = (ROOT / "README.md").read_text()
+    link = re.search(r"\((bench/results/gpu-[^)]+\.md)\)", readme).group(1)
+    report = (ROOT / link).read_text()
+    flat = re.sub(r"\s+", " ", readme)
+    # the headline: the thread-by-thread 16 B alloc + free pair against the floor, and NRT's
+    row = next(r for r in _report_rows(report, "throughput") if r[0] == "thread" and r[2] == "16 B")
+    pair, nrt = float(_num(row[5])), float(_num(row[6]))
+    assert f"cost {pair:,.0f} times one atomic add" in flat, pair
+    assert f"costs {nrt:,.0f} times" in flat, nrt
+    stress = report.split("| stress |", 1)[1].split("\n", 1)[0]
+    threads, blocks = re.search(r"(\d+) threads x 200 rounds: (\d+) blocks served", stress).groups()
+    assert f"{int(threads):,} threads" in flat and f"{int(blocks) / 1e6:.1f} million blocks" in flat
+    # the examples at a million threads
+    rows = _report_rows(report, "examples")
+    assert len(rows) == 5 and all(r[2] == "yes" for r in rows)
+    peaks = [int(_num(r[4])) for r in rows]
+    worst = [int(_num(r[6])) for r in rows]
+    assert (f"with {min(peaks) / 1e6:.1f} to {max(peaks) / 1e6:.0f} MB of heap against "
+            f"{min(worst) / 1e6:.0f} MB to {max(worst) / 1e9:.1f} GB") in flat
+
+
+def _num(cell):
+    """A table cell's number without its thousands separators."""
+    return cell.replace(",", "")
