@@ -164,12 +164,14 @@ def test_realloc_carved_edges(kw):
     assert out.copy_to_host()[0] == off and heap.usage().allocs == 1
     k_carved_call[1, 1](heap.ctx, off, 5, 1 << 40, out)  # cannot be served: NULL, block kept
     assert out.copy_to_host()[0] == NULL
+    k_carved_call[1, 1](heap.ctx, off, 5, 1 << 62, out)  # 12 B an item wraps int64 to 0: NULL
+    assert out.copy_to_host()[0] == NULL
     u = heap.usage()
-    assert (u.failed, u.live_blocks, u.invalid_frees) == (1, 1, 0), u
+    assert (u.failed, u.live_blocks, u.invalid_frees) == (2, 1, 0), u
     k_carved_call[1, 1](heap.ctx, off, 5, 0, out)  # 0 items: an empty request, block kept
     assert out.copy_to_host()[0] == NULL
     u = heap.usage()
-    assert (u.failed, u.empty_requests, u.live_blocks) == (1, 1, 1), u
+    assert (u.failed, u.empty_requests, u.live_blocks) == (2, 1, 1), u
     k_carved_call[1, 1](heap.ctx, off, 1000, 2000, out)  # not a block of 1000 per field
     assert out.copy_to_host()[0] == NULL and heap.usage().invalid_frees == 1
     k_carved_call[1, 1](heap.ctx, off + 16, 1, 2, out)  # no block starts there

@@ -15,9 +15,9 @@ Who may call: any thread, in divergent code too, as ``alloc``/``free``.
 
 from numba import config, cuda, int64
 
-from . import blocks as B
 from .. import layout as L
 from . import api
+from . import blocks as B
 from ._meta import _count
 from .porting import _copy, _sim_dtype, usable_size, view
 
@@ -60,10 +60,20 @@ def _sim_total(count):
 
 @cuda.jit(device=True)
 def _carved_bytes(count, sizes):
-    """Return the bytes of fields of ``count`` items of each of ``sizes``, in order."""
+    """Return the bytes of fields of ``count`` items of each of ``sizes``, in order.
+
+    A negative count is 0; past any heap, TOO_BIG (what ``alloc`` refuses),
+    never a wrapped product.
+    """
     end = int64(0)
+    c = max(int64(count), int64(0))
     for s in sizes:
-        end = B.carve_end(end, count, int64(s))
+        field = B.calloc_bytes(c, int64(s))
+        if field == B.TOO_BIG:
+            return int64(B.TOO_BIG)
+        end = B.carve_at(end, int64(s)) + field
+    if end > B.MAX_BYTES:
+        return int64(B.TOO_BIG)
     return end
 
 
