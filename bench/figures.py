@@ -11,8 +11,11 @@ produces the file's figures (full tier): a quoted figure cannot go stale.
 Run: ``.venv/bin/python bench/figures.py`` (``--check``: compare with the
 file and exit 1 on a difference; ``--json``: print only).
 
-``two_pass_variance``'s peak depends on how the simulator interleaves its
-threads (1 to 2 KiB): it is written down, and the docs quote it as a range.
+A heap's peak depends on how the simulator interleaves its threads where
+blocks are freed inside the kernel (``two_pass_variance``: 1 to 2 KiB;
+``particle_transport``: 3 or 4 KiB on a loaded machine): ``--check``
+compares the peaks within a factor of :data:`PEAK_FACTOR`, every other
+figure exactly. The file holds one run's; the docs quote the file.
 """
 
 import argparse
@@ -32,8 +35,10 @@ THREADS = 256
 SEED = 1
 EXAMPLES = ("ragged_walks", "particle_transport", "barrier_option", "two_pass_variance",
             "step_scratch")
-#: Figures that depend on the simulator's interleaving: not compared by --check.
-VARIES = {"two_pass_variance": ("heap_peak_bytes",)}
+#: The figure that depends on the simulator's interleaving, and how far
+#: (a factor) --check lets it move from the file's.
+VARIES = ("heap_peak_bytes",)
+PEAK_FACTOR = 2
 
 
 def measure(names=EXAMPLES):
@@ -52,10 +57,12 @@ def differences(old, new):
     lines = []
     for name, figs in new.items():
         for key, value in figs.items():
-            if key in VARIES.get(name, ()):
-                continue
             have = old.get(name, {}).get(key)
-            if have != value:
+            if key in VARIES and have:
+                if not have / PEAK_FACTOR <= value <= have * PEAK_FACTOR:
+                    lines.append(f"{name}.{key}: the file says {have}, the code gives {value} "
+                                 f"(more than {PEAK_FACTOR}x apart)")
+            elif have != value:
                 lines.append(f"{name}.{key}: the file says {have}, the code gives {value}")
     return lines
 

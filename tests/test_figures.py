@@ -60,6 +60,19 @@ def test_the_porting_guides_register_table_is_what_the_compile_tests_pin():
         assert row in doc, row
 
 
+def test_the_check_lets_a_peak_move_by_the_interleaving_and_nothing_else(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import figures
+
+    old = {"x": {"heap_peak_bytes": 3072, "worst_case_bytes": 10, "identical": True}}
+    assert figures.differences(old, {"x": {"heap_peak_bytes": 4096, "worst_case_bytes": 10,
+                                           "identical": True}}) == []
+    said = figures.differences(old, {"x": {"heap_peak_bytes": 7000, "worst_case_bytes": 11,
+                                           "identical": False}})
+    assert [line.split(":")[0] for line in said] == [
+        "x.heap_peak_bytes", "x.worst_case_bytes", "x.identical"]
+
+
 @pytest.mark.slow
 def test_the_figures_file_holds_what_the_examples_give():
     proc = subprocess.run([sys.executable, str(ROOT / "bench" / "figures.py"), "--check"],
