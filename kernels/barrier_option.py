@@ -187,6 +187,7 @@ def _keep_in_place(store, path, k):
     return path, True
 
 
+@cuda.jit(device=True, inline="always")
 def _take_nrt(store, path, k):
     """The NRT twin's points: an ``np.empty`` array of ``kept_points(k)`` float64."""
     return np.empty(kept_points(k), np.float64), True
@@ -194,7 +195,7 @@ def _take_nrt(store, path, k):
 
 _follow_heap = _path_with(_take_heap_block)
 _follow = _path_with(_keep_in_place)
-_follow_nrt = _path_with(cuda.jit(device=True, inline="always")(_take_nrt))
+_follow_nrt = _path_with(_take_nrt)
 
 
 @cuda.jit

@@ -183,7 +183,9 @@ def _history_with(grow):
     return cuda.jit(device=True, inline="always")(follow)
 
 
+@cuda.jit(device=True)
 def _next_cap(cap):
+    """Return the entries of a growing stack after ``cap``: STACK0 first, then doubled."""
     return STACK0 if cap == 0 else min(2 * cap, MAX_STACK)
 
 
@@ -208,6 +210,7 @@ def _no_growth(store, stack, depth, cap):
     return stack, cap
 
 
+@cuda.jit(device=True, inline="always")
 def _grow_nrt(store, stack, depth, cap):
     """The NRT twin's growth: an ``np.empty`` array twice as large, the entries copied."""
     new_cap = _next_cap(cap)
@@ -217,10 +220,9 @@ def _grow_nrt(store, stack, depth, cap):
     return bigger, new_cap
 
 
-_next_cap = cuda.jit(device=True)(_next_cap)
 _follow_heap = _history_with(_grow_on_heap)
 _follow = _history_with(_no_growth)
-_follow_nrt = _history_with(cuda.jit(device=True, inline="always")(_grow_nrt))
+_follow_nrt = _history_with(_grow_nrt)
 
 
 @cuda.jit

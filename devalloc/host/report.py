@@ -102,7 +102,7 @@ def format_usage(usage, title="heap usage"):
     ]
     # Where reserved bytes are besides alloc's blocks: rows whenever the
     # kind was used this epoch, even once its bytes went back (peak says so).
-    scoped_used = usage.scoped_bytes or getattr(usage, "scoped_chunks_taken", 0)
+    scoped_used = usage.scoped_bytes or usage.scoped_chunks_taken
     if usage.bump_allocs or usage.bump_bytes:
         byte_rows.append(("bump chunks", usage.bump_bytes))
     if scoped_used:
