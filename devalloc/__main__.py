@@ -210,17 +210,18 @@ def build_parser():
                    help="print the usage as one JSON object instead of the report")
     c = sub.add_parser(
         "cache",
-        help="show or clear the cache of compiled allocator bodies",
+        help="show or clear the cache of compiled allocator bodies and kernels",
         description=(
             "A kernel that calls devalloc compiles the allocator's bodies once and keeps "
-            "them on disk with DEVALLOC_CACHE=1 (opt-in), so that later processes compile "
-            "only the kernel's own code. Print where that cache is and what it holds, or "
-            "remove it (--clear). The folder is $DEVALLOC_CACHE_DIR, else the user's cache "
-            "folder."
+            "them on disk, with the kernel's compiled code (PTX, LTO-IR, cubin), so that "
+            "later processes type only the kernel's own code and compile nothing they "
+            "compiled before. Print where that cache is and what it holds, or remove it "
+            "(--clear). The folder is $DEVALLOC_CACHE_DIR, else the user's cache folder; "
+            "DEVALLOC_CACHE=0 turns it off."
         ),
         epilog="exit status: 0 done",
     )
-    c.add_argument("--clear", action="store_true", help="remove every compiled body")
+    c.add_argument("--clear", action="store_true", help="remove every entry")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -237,10 +238,10 @@ def cache(args):
         print(json.dumps({"folder": str(root), "entries": len(files), "bytes": size,
                           "enabled": bodycache.enabled(), "removed": removed}))
     elif args.clear:
-        print(f"removed {removed} compiled bodies ({size / 2**20:.1f} MiB) from {root}")
+        print(f"removed {removed} entries ({size / 2**20:.1f} MiB) from {root}")
     else:
-        state = "" if bodycache.enabled() else f" (off: set {bodycache.ENV_SWITCH}=1 to use it)"
-        print(f"{root}{state}: {len(files)} compiled bodies, {size / 2**20:.1f} MiB")
+        state = "" if bodycache.enabled() else f" (off: {bodycache.ENV_SWITCH}=0 is set)"
+        print(f"{root}{state}: {len(files)} entries, {size / 2**20:.1f} MiB")
     return 0
 
 

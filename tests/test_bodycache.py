@@ -8,6 +8,7 @@ folder is keyed by devalloc's source, so that an edited tree never reads
 another's bodies.
 """
 
+import json
 import os
 import pickle
 import warnings
@@ -40,10 +41,10 @@ def test_cache_dir_is_the_environment_variable_when_set(tmp_path):
     assert bodycache.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "devalloc"
 
 
-@pytest.mark.parametrize("value, on", [(None, False), ("1", True), ("0", False), ("off", False),
+@pytest.mark.parametrize("value, on", [(None, True), ("1", True), ("0", False), ("off", False),
                                        ("False", False), ("no", False), ("yes", True),
-                                       ("on", True)])
-def test_the_disk_cache_is_opt_in_with_devalloc_cache_1(value, on):
+                                       ("on", True), (" NO ", False)])
+def test_the_disk_cache_is_on_unless_devalloc_cache_is_0(value, on):
     env = {} if value is None else {"DEVALLOC_CACHE": value}
     assert bodycache.enabled(env) is on
 
@@ -136,17 +137,19 @@ def test_the_cache_command_shows_and_clears(tmp_path, monkeypatch, capsys):
     from devalloc.__main__ import main
 
     monkeypatch.setenv("DEVALLOC_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("DEVALLOC_CACHE", raising=False)  # (off: the default)
+    monkeypatch.setenv("DEVALLOC_CACHE", "0")
     bodycache.DiskCache(tmp_path, CHAIN).store("k", "x" * 100)
     assert main(["cache", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["folder"] == str(tmp_path) and shown["entries"] == 1 and shown["removed"] == 0
     assert main(["cache", "--clear"]) == 0
-    assert "removed 1 compiled bodies" in capsys.readouterr().out
+    assert "removed 1 entries" in capsys.readouterr().out
     assert bodycache.entries(tmp_path) == []
     assert main(["cache"]) == 0
-    assert f"{tmp_path} (off: set DEVALLOC_CACHE=1 to use it): 0 compiled bodies" in \
-        capsys.readouterr().out
+    assert f"{tmp_path} (off: DEVALLOC_CACHE=0 is set): 0 entries" in capsys.readouterr().out
+    monkeypatch.delenv("DEVALLOC_CACHE")  # (on: the default)
+    assert main(["cache"]) == 0
+    assert f"{tmp_path}: 0 entries" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------ compiled
@@ -170,6 +173,11 @@ from devalloc.tools import aot
 from devalloc.device import core
 from devalloc import _version
 from devalloc.device import bodycache
+from numba.cuda.cudadrv import nvvm
+
+nvvm_calls = []
+plain_compile_ir = nvvm.compile_ir
+nvvm.compile_ir = lambda *a, **k: (nvvm_calls.append(1), plain_compile_ir(*a, **k))[1]
 
 {one_site}
 def four(ctx, counts, out):
@@ -190,7 +198,8 @@ ptx, _ = aot.compile_ptx(one if {sites} == 1 else four, sig)
 r = aot.assemble(ptx)
 print(json.dumps({{"typed_alloc": len(core.alloc.overloads), "typed_free": len(core._free_live.overloads),
                   "registers": r.registers, "sass": r.sass_instructions, "calls": r.sass_calls,
-                  "spill": r.spill_bytes, "ptx_lines": ptx.count("\\n"),
+                  "spill": r.spill_bytes, "ptx_lines": ptx.count("\\n"), "nvvm": len(nvvm_calls),
+                  "ptx_hash": __import__("hashlib").sha256(ptx.encode()).hexdigest(),
                   "keyed_by_source": bodycache.toolchain()["source"] == _version.source_hash()}}))
 """
 
@@ -205,15 +214,28 @@ def test_a_second_process_types_none_of_the_allocator_and_makes_the_same_code(tm
     cold = _compile(tmp_path)
     assert cold["typed_alloc"] == 1 and cold["typed_free"] == 1  # compiled here
     assert cold["keyed_by_source"]  # an edited tree uses a folder of its own
-    assert len(bodycache.entries(tmp_path)) == 2  # alloc's body, free's
+    assert cold["nvvm"] == 1
+    # alloc's body, free's, and the kernel's PTX (devalloc.device.kernelcache)
+    assert len(bodycache.entries(tmp_path)) == 3
     warm = _compile(tmp_path)
     assert warm["typed_alloc"] == 0 and warm["typed_free"] == 0  # read from the disk
+    # the kernel's text is the same up to Numba's numbers: its PTX is read, not compiled
+    assert warm["nvvm"] == 0 and len(bodycache.entries(tmp_path)) == 3
+    assert warm["ptx_hash"] == cold["ptx_hash"]
     for k in ("registers", "sass", "calls", "spill"):
         assert warm[k] == cold[k], (k, cold, warm)
     # a kernel of four sites uses the same two bodies (out of line there)
     four = _compile(tmp_path, 4)
-    assert four["typed_alloc"] == 0 and len(bodycache.entries(tmp_path)) == 2
+    assert four["typed_alloc"] == 0 and four["nvvm"] == 1
+    assert len(bodycache.entries(tmp_path)) == 4  # its own PTX
     assert four["calls"] > cold["calls"] and four["spill"] == 0
+
+
+def test_with_the_cache_off_nothing_is_written(tmp_path):
+    env = {"DEVALLOC_CACHE_DIR": str(tmp_path), "DEVALLOC_PTX_CACHE": None, "DEVALLOC_CACHE": "0"}
+    off = cuda_target.last_json(COMPILE.format(sites=1, one_site=ONE_SITE), env=env)
+    assert off["typed_alloc"] == 1 and off["nvvm"] == 1 and off["spill"] == 0
+    assert bodycache.entries(tmp_path) == []
 
 
 def test_a_heap_ctx_type_names_the_devalloc_it_was_compiled_with(monkeypatch):
@@ -329,3 +351,95 @@ def test_an_entry_from_another_process_gets_names_of_its_own():
     # one process's entries keep their shared helpers' names together
     again = bodies.own_names(entry, "abc123")
     assert again[0] == texts
+
+
+# -------------------------------------- bodies of processes that wrote at once
+
+WRITER = """
+import json, sys
+from numba import cuda, types
+import devalloc
+from devalloc.tools import aot
+from devalloc.device import bodies, core
+
+def alloc_only(ctx, counts, out):
+    i = cuda.grid(1)
+    out[i] = devalloc.alloc(ctx, counts[i] * 8)
+
+def free_only(ctx, counts, out):
+    i = cuda.grid(1)
+    devalloc.free(ctx, counts[i])
+
+kernel = alloc_only if sys.argv[1] == "alloc" else free_only
+sig = (devalloc.ctx_type, types.int64[::1], types.int64[::1])
+r = aot.assemble(aot.compile_ptx(kernel, sig)[0])
+print(json.dumps({"writer": bodies.WRITER, "spill": r.spill_bytes}))
+"""
+
+
+@pytest.mark.slow
+def test_one_kernel_links_bodies_that_two_processes_wrote_at_the_same_time(tmp_path):
+    # Two processes fill one empty folder at the same time, one with alloc's
+    # body, the other with free's: each entry's helpers (join_alone, the
+    # counters...) carry their own writer's numbers. A third process links
+    # both into one kernel: every name its writer's, nothing unresolved, the
+    # code what a single process makes.
+    import subprocess
+    import sys
+
+    folder = tmp_path / "shared"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(DEVALLOC_CACHE_DIR=str(folder))
+    env.pop("DEVALLOC_PTX_CACHE", None)
+    env.pop("DEVALLOC_CACHE", None)  # (on: the default)
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, which], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for which in ("alloc", "free")]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    writers = {json.loads(o[0].strip().splitlines()[-1])["writer"] for o in outs}
+    assert len(writers) == 2
+    both = _compile(folder)
+    assert both["typed_alloc"] == 0 and both["typed_free"] == 0  # both read from disk
+    alone = _compile(tmp_path / "alone")  # one process, nothing on disk
+    assert alone["typed_alloc"] == 1
+    for k in ("registers", "sass", "calls", "spill"):
+        assert both[k] == alone[k], (k, both, alone)
+
+
+def test_a_wrapper_an_entry_calls_keeps_its_name():
+    # scoped's new chunk calls the chain of frees through its wrapper: the
+    # kernel's own call to that body names the same wrapper, so that the
+    # "auto" decision sees one function with copies in both places. The
+    # chain's texts, inside the chunk's, keep the names they were given.
+    from devalloc.device import bodies
+
+    outer = '''define linkonce_odr i64 @"devalloc_auto_scope_chunk_i64"(i64 %".1") {
+  %".2" = call i64 @"devalloc_auto_scope_chain_i64"(i64 %".1")
+  ret i64 %".2"
+}
+define linkonce_odr i64 @"devalloc_auto_scope_chain_i64"(i64 %".1") "devalloc-auto-shared" {
+  %".2" = call i64 @"_ZN5scope5chainB2v7E"(i64 %".1")
+  ret i64 %".2"
+}
+define linkonce_odr i64 @"_ZN5scope5chainB2v7E"(i64 %".1") {
+  %".2" = call i64 @"_ZN5scope4stepB2v3E_dvfedcba987654"(i64 %".1")
+  ret i64 %".2"
+}
+define linkonce_odr i64 @"_ZN5scope4stepB2v3E_dvfedcba987654"(i64 %".1") {
+  ret i64 %".1"
+}
+'''
+    graphs = [({"devalloc_auto_scope_chunk_i64": {"devalloc_auto_scope_chain_i64": 1},
+                "devalloc_auto_scope_chain_i64": {"_ZN5scope5chainB2v7E": 1},
+                "_ZN5scope5chainB2v7E": {}},
+               {"devalloc_auto_scope_chunk_i64": 2, "devalloc_auto_scope_chain_i64": 2,
+                "_ZN5scope5chainB2v7E": 1},
+               {"devalloc_auto_scope_chain_i64"}, {"devalloc_auto_scope_chain_i64"})]
+    entry = ([outer], graphs, "int64", "devalloc_auto_scope_chunk_i64")
+    (text,), (graph,), _, _ = bodies.own_names(entry, "0123456789ab")
+    assert text.count('@"devalloc_auto_scope_chain_i64"') == 2
+    assert '@"_ZN5scope5chainB2v7E_dv0123456789ab"' in text
+    assert graph[3] == {"devalloc_auto_scope_chain_i64"}
+    # a name another writer gave (a body's texts as this process read them) stays
+    assert text.count('@"_ZN5scope4stepB2v3E_dvfedcba987654"') == 2 and "54_dv" not in text

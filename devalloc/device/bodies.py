@@ -142,6 +142,9 @@ def key(f, mark, pages, args, default):
             tuple(str(a) for a in args))
 
 
+#: What every wrapper's symbol starts with (``devalloc_`` or ``devalloc_auto_``,
+#: :func:`devalloc.device.outline._symbol`).
+WRAPPER_PREFIX = "devalloc_"
 #: This process's mark on the entries it writes to disk (:func:`own_names`).
 WRITER = os.urandom(6).hex()
 
@@ -149,7 +152,8 @@ WRITER = os.urandom(6).hex()
 def lookup(key):
     """Return the entry of ``key`` made in this process or read from disk, or None.
 
-    An entry read from disk gets names of its own (:func:`own_names`).
+    An entry gets names of its writer's (:func:`own_names`), in the process
+    that compiled it as in any that reads it.
     """
     entry = _entries.get(key)
     if entry is None:
@@ -157,16 +161,17 @@ def lookup(key):
         stored = disk.load(key) if disk is not None else None
         if stored is not None and len(stored) == 5:
             *entry, writer = stored
-            entry = own_names(tuple(entry), writer) if writer != WRITER else tuple(entry)
-            _entries[key] = entry
+            entry = _entries[key] = own_names(tuple(entry), writer)
     return entry
 
 
+#: A name :func:`own_names` gave (``_dv`` and a writer's 12 hex digits, :data:`WRITER`).
+_TAGGED = re.compile(r"_dv[0-9a-f]{12}$")
 _DEFINED = re.compile(r'^define [^@\n]*@"([^"]+)"\(', re.M)
 
 
 def own_names(entry, writer):
-    """Return ``entry`` (read from disk, written by process ``writer``) with names of its own.
+    """Return ``entry`` (compiled by process ``writer``) with names of its own.
 
     Numba's mangled names carry a per-process counter: the same name in
     texts written by two processes, or in one of them and this process's
@@ -174,15 +179,24 @@ def own_names(entry, writer):
     callees of other names). Every function the entry's texts define is
     renamed, in its definitions, its calls and its call graph, with a
     suffix of ``writer``'s: entries one process wrote share their helpers
-    among themselves (as in that process), and nothing else. The wrapper
-    keeps its symbol (the kernel calls it by that name). Names the texts
-    only declare are left alone.
+    among themselves (as in that process), and nothing else. Wrappers keep
+    their symbols, the entry's own and those of bodies its body calls
+    (scoped's new chunk calls the chain of frees): a wrapper's name says
+    which body for which argument types, with no counter in it, so it
+    names one function in every process, and the kernel's own call to a
+    body shares its one copy with the bodies that call it (the ``"auto"``
+    decision counts them together). Names that carry a writer's suffix
+    already keep it (a body that calls another holds that body's texts as
+    this process named them, from its own compile or from disk: one
+    function of that writer's in every process). Names the texts only
+    declare are left alone.
     """
     texts, graphs, rettype, symbol = entry
     defined = set()
     for t in texts:
         defined.update(_DEFINED.findall(t))
-    defined.discard(symbol)
+    defined = {n for n in defined if n != symbol and not n.startswith(WRAPPER_PREFIX)
+               and not _TAGGED.search(n)}
     if not defined:
         return entry
     tag = "_dv" + writer
@@ -314,8 +328,12 @@ def get(context, f, sig, fnty, symbol, mark, pages, rebuild, default):
     """
     k = key(f, mark, pages, sig.args, default)
     if lookup(k) is None:
-        _entries[k] = compile_body(context, fnty, symbol, f, sig, mark, rebuild)
+        entry = compile_body(context, fnty, symbol, f, sig, mark, rebuild)
+        # (the names a later process gives the entry it reads: a kernel's
+        # text is then the same in this process and in that one, and so is
+        # its compiled code, which devalloc.device.kernelcache keeps)
+        _entries[k] = own_names(entry, WRITER)
         disk = _disk_cache()
         if disk is not None:
-            disk.store(k, (*_entries[k], WRITER))
+            disk.store(k, (*entry, WRITER))
     return _entries[k][3], library(context, k)

@@ -18,8 +18,9 @@ folder), in a folder per :func:`toolchain_key`: devalloc's version and the
 hash of its own source files, the versions of Python, numba, numba-cuda and
 llvmlite, and NVVM's version and IR version. A change to any of them starts
 a new folder; an old one is never read again (``python -m devalloc cache
---clear`` removes them). Opt-in: ``DEVALLOC_CACHE=1`` (:data:`ENV_SWITCH`);
-without it the bodies are compiled once per process.
+--clear`` removes them). On unless ``DEVALLOC_CACHE=0`` (:data:`ENV_SWITCH`);
+off, the bodies are compiled once per process. The same folder keeps
+kernels' compiled code (:mod:`devalloc.device.kernelcache`).
 
 Safe when several processes fill it at once: an entry is written to a
 temporary file in its folder and renamed over its name (atomic on one file
@@ -42,16 +43,15 @@ from pathlib import Path
 
 #: The environment variable that names the cache folder.
 ENV_DIR = "DEVALLOC_CACHE_DIR"
-#: The environment variable that turns the disk cache on (``1``, ``on``,
-#: ``true``, ``yes``). Off by default: a kernel that linked bodies written by
-#: several processes that compiled at the same time failed in ptxas once
-#: ("Unresolved extern function", tests/test_codesize.py with the session's
-#: shared cache). Numba's names carry a per-process counter, so texts of two
-#: processes could give one name to two different functions; entries read
-#: from disk now get names of their own (:func:`devalloc.device.bodies.own_names`),
-#: and the compile tests pass with the cache on for the whole session, but
-#: the failure was never reproduced, so the default waits for more runs.
-#: The bodies are compiled once per process either way.
+#: The environment variable that turns the disk cache off (``0``, ``off``,
+#: ``false``, ``no``); on otherwise. It was opt-in while a kernel that linked
+#: bodies written by several processes at the same time had failed once in
+#: ptxas ("Unresolved extern function"): Numba's names carry a per-process
+#: counter, so texts of two processes could give one name to two different
+#: functions. Entries read from disk get names of their own
+#: (:func:`devalloc.device.bodies.own_names`), and tests/test_bodycache.py
+#: links, in one kernel, bodies that processes filling one folder at the
+#: same time wrote. Off, the bodies are still compiled once per process.
 ENV_SWITCH = "DEVALLOC_CACHE"
 #: The suffix of an entry's file.
 SUFFIX = ".body"
@@ -85,9 +85,9 @@ def cache_dir(environ=None):
 
 
 def enabled(environ=None):
-    """Return whether compiled bodies go to disk (``DEVALLOC_CACHE`` is 1/on/true/yes)."""
+    """Return whether compiled code goes to disk: unless ``DEVALLOC_CACHE`` is 0/off/false/no."""
     environ = os.environ if environ is None else environ
-    return environ.get(ENV_SWITCH, "0").strip().lower() in ("1", "on", "true", "yes")
+    return environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def toolchain():

@@ -93,7 +93,7 @@ else:
     _literal_first = _make_intrinsic(target="cuda", prefer_literal=True)
 
     from ..ctx import PagedMeta
-    from . import bodies
+    from . import bodies, kernelcache
     from .outline_choice import AUTO_MARK, MARKS, SHARED_MARK, decide, decided
 
     def _symbol(pyfunc, sig, prefix="devalloc"):
@@ -267,6 +267,7 @@ else:
         CUDACodeLibrary.llvm_strs = property(llvm_strs, doc=plain.__doc__)
 
     _install()
+    kernelcache.install()
 
     def outline(f, auto=True, pages=False):
         """Return an intrinsic with ``f``'s parameters that calls ``f`` inline or out of line.

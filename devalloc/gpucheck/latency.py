@@ -61,7 +61,7 @@ print(json.dumps({{"first_s": first, "later_s": time.perf_counter() - t1}}))
 def _run(script, cache=None, timeout=300):
     # script in a fresh process (the parent's target: GPU or simulator);
     # cache: the body cache folder it uses (None: the user's own).
-    env = dict(os.environ, DEVALLOC_CACHE="1")  # (the disk cache is opt-in)
+    env = dict(os.environ, DEVALLOC_CACHE="1")  # (on unless the caller's is 0)
     if cache is not None:
         env["DEVALLOC_CACHE_DIR"] = cache
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,

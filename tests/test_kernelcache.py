@@ -1,0 +1,153 @@
+"""A kernel's compiled code kept on disk (devalloc.device.kernelcache).
+
+The key is the kernel's text up to Numba's per-process numbers: the same
+program compiled in another process (other numbers, modules in another
+order) finds the entry; any other program does not. A second process that
+launches a kernel links nothing (its cubin is read).
+"""
+
+import random
+
+import pytest
+
+import cuda_target
+from devalloc.device import kernelcache
+
+KERNEL = '''; ModuleID = "heap$1"
+define void @"_ZN6kernel4heapB2v1B3abcE"(i64 %".1") {
+  %".2" = call i64 @"_ZN8devalloc4freeB2v9B3abcExx"(i64 %".1")
+  %".3" = call i64 @"_ZN8devalloc5arrayB3v10B3abcExx"(i64 %".2")
+  %".4" = call i64 @"devalloc_core_alloc_int64"(i64 %".3")
+  ret void
+}
+'''
+FREE = '''; ModuleID = "free$9"
+@"_ZN08NumbaEnv8devalloc4freeB2v9B3abcExx" = common global i8* null
+define linkonce_odr i64 @"_ZN8devalloc4freeB2v9B3abcExx"(i64 %".1") {
+  ret i64 %".1"
+}
+'''
+ARRAY = '''; ModuleID = "array$10"
+define linkonce_odr i64 @"_ZN8devalloc5arrayB3v10B3abcExx"(i64 %".1") {
+  %".2" = add i64 %".1", 1
+  ret i64 %".2"
+}
+'''
+BODY = '''; ModuleID = "devalloc_core_alloc_int64"
+define linkonce_odr i64 @"devalloc_core_alloc_int64"(i64 %".1") {
+  %".2" = call i64 @"_ZN4core5allocB3v98E_dv0123456789ab"(i64 %".1")
+  ret i64 %".2"
+}
+define linkonce_odr i64 @"_ZN4core5allocB3v98E_dv0123456789ab"(i64 %".1") {
+  ret i64 %".1"
+}
+'''
+
+
+def _renumbered(texts, mapping):
+    # texts as another process numbers them: v9 -> mapping[9], ... (the body's kept)
+    import re
+
+    def one(t):
+        if "_dv" in t:
+            return t
+        t = re.sub(r"B(\d+)v(\d+)", lambda m: "B%dv%d" % (len(str(mapping[int(m.group(2))])) + 1,
+                                                          mapping[int(m.group(2))]), t)
+        return re.sub(r"\$(\d+)\"", lambda m: "$%d\"" % mapping[int(m.group(1))], t)
+    return [one(t) for t in texts]
+
+
+def test_the_same_program_numbered_by_another_process_has_the_same_key():
+    texts = [KERNEL, FREE, ARRAY, BODY]
+    other = _renumbered(texts, {1: 1, 9: 106, 10: 108, 98: 98})
+    assert other != texts
+    random.Random(1).shuffle(other)
+    assert kernelcache.canonical(other) == kernelcache.canonical(texts)
+
+
+def test_another_program_has_another_key():
+    texts = [KERNEL, FREE, ARRAY, BODY]
+    key = kernelcache.canonical(texts)
+    # calls swapped between two functions: the numbers say which is which
+    swapped = [KERNEL.replace("B2v9B3abcExx", "TMP").replace("B3v10B3abcExx", "B2v9B3abcExx")
+               .replace("TMP", "B3v10B3abcExx"), FREE, ARRAY, BODY]
+    assert kernelcache.canonical(swapped) != key
+    # another constant, another body (its writer's numbers are part of its name)
+    assert kernelcache.canonical([KERNEL, FREE, ARRAY.replace("1\n", "2\n"), BODY]) != key
+    assert kernelcache.canonical([KERNEL, FREE, ARRAY, BODY.replace("v98", "v97")]) != key
+    # the kernel's own name is kept as it is: the loader looks it up
+    renamed = _renumbered(texts, {1: 2, 9: 9, 10: 10, 98: 98})
+    assert kernelcache.canonical(renamed)[0] == key[0]
+    assert kernelcache.canonical(renamed)[1] != key[1]
+    assert key[1] == ["_ZN6kernel4heapB2v1B3abcE"]
+
+
+def test_comments_are_not_part_of_the_key():
+    texts = [KERNEL, FREE, ARRAY, BODY]
+    assert kernelcache.canonical([t.replace("; ModuleID", "; Module") for t in texts]) == \
+        kernelcache.canonical(texts)
+
+
+def test_only_libraries_that_link_a_body_are_kept():
+    class Lib:
+        def __init__(self, strs):
+            self.llvm_strs = strs
+
+    assert kernelcache.links_body(Lib([KERNEL, BODY]))
+    assert not kernelcache.links_body(Lib([FREE, ARRAY]))
+
+
+LAUNCH = """
+import json, types as pytypes
+from numba import cuda, float64, types
+from numba.cuda import codegen
+from numba.cuda.cudadrv import driver, nvvm
+import devalloc
+from devalloc.tools import aot
+
+if not driver._have_nvjitlink():
+    print(json.dumps({"skip": "no nvJitLink to link a cubin without a GPU"}))
+    raise SystemExit
+
+# No GPU here: what Numba asks the driver while it compiles and loads a kernel
+# is answered for an sm_90 device; the cubin is made (nvJitLink) as a first
+# launch makes it.
+codegen.CUDACodeLibrary._ensure_cc = lambda self, cc: cc or (9, 0, "a")
+loaded = pytypes.SimpleNamespace(module=pytypes.SimpleNamespace(initialized=True))
+cubins = []
+codegen.CUDACodeLibrary.get_cufunc = lambda self: (cubins.append(self.get_cubin()), loaded)[1]
+links, calls = [], []
+plain_complete = driver._Linker.complete
+driver._Linker.complete = lambda self: (links.append(1), plain_complete(self))[1]
+plain_compile_ir = nvvm.compile_ir
+nvvm.compile_ir = lambda *a, **k: (calls.append(1), plain_compile_ir(*a, **k))[1]
+
+def one(ctx, counts, out):
+    i = cuda.grid(1)
+    a = devalloc.array(ctx, counts[i], float64)
+    for j in range(a.size):
+        a[j] = j
+    devalloc.free_array(ctx, a)
+    out[i] = a.size
+
+kernel = cuda.jit(one)
+sig = (devalloc.ctx_type, types.int64[::1], types.float64[::1])
+with aot.assume_device((9, 0)):
+    kernel.compile(sig)
+cubin = cubins[0]
+code = getattr(cubin, "code", cubin)
+print(json.dumps({"links": len(links), "nvvm": len(calls), "type": type(cubin).__name__,
+                  "hash": __import__("hashlib").sha256(bytes(code)).hexdigest()}))
+"""
+
+
+@pytest.mark.slow
+def test_a_second_process_links_nothing_and_loads_the_same_cubin(tmp_path):
+    env = {"DEVALLOC_CACHE_DIR": str(tmp_path), "DEVALLOC_PTX_CACHE": None, "DEVALLOC_CACHE": None}
+    first = cuda_target.last_json(LAUNCH, env=env)
+    if first.get("skip"):
+        pytest.skip(first["skip"])
+    assert first["links"] == 1 and first["nvvm"] >= 1
+    second = cuda_target.last_json(LAUNCH, env=env)
+    assert second["links"] == 0 and second["nvvm"] == 0
+    assert second["hash"] == first["hash"] and second["type"] == first["type"]
