@@ -13,7 +13,9 @@ its own, and compares, in the same run:
   a process whose body cache is empty (a new folder);
 * ``heap warm``: the same in a second process on the folder the first filled;
 * ``heap x4 cold`` / ``warm``: four arrays (four ``alloc`` and four ``free``
-  sites) in one kernel;
+  sites) in one kernel; ``heap4 new``: that kernel in a process after the
+  one-site kernel's two (the allocator's bodies on disk, not its own code:
+  what a new or edited kernel costs);
 * ``cache=True``: the twin and the heap kernel under ``@cuda.jit(cache=True)``,
   in a first process and in a second one that loads them from Numba's cache;
 * ``launch``: the twin, the heap kernel and the four-site one built the way
@@ -49,10 +51,12 @@ from _results import ROOT, environment, header, markdown_table, write_section
 TARGETS = {"warm_over_twin": 3.0, "cold_over_twin": 6.0, "four_over_one": 1.2,
            "launch_warm_over_twin": 3.0, "launch_cold_over_twin": 6.0,
            "launch_four_over_one": 1.2}
-KINDS = ("twin", "heap_cold", "heap_warm", "heap4_cold", "heap4_warm",
+KINDS = ("twin", "heap_cold", "heap_warm", "heap4_new", "heap4_cold", "heap4_warm",
          "cached_twin", "cached_heap", "cached_twin_2", "cached_heap_2",
-         "launch_twin", "launch_heap_cold", "launch_heap_warm", "launch_heap4_cold",
-         "launch_heap4_warm")
+         "launch_twin", "launch_heap_cold", "launch_heap_warm", "launch_heap4_new",
+         "launch_heap4_cold", "launch_heap4_warm")
+#: Kernels compiled on another kernel's cache (its bodies there, not its own code).
+NEW_ON = {"heap4_new": "heap", "launch_heap4_new": "launch_heap"}
 #: The processes of --breakdown and --separate, in order, on one cache.
 BREAKDOWN_KINDS = ("breakdown_cold", "breakdown_warm")
 SEPARATE_KINDS = ("heap_cold", "separate_build", "separate_kernel", "heap_warm")
@@ -299,7 +303,9 @@ def measure(runs=3, progress=None):
                 # heap4 on a cache of its own (cold, then warm); the cache=True
                 # kernels with both caches of their own, filled by the first
                 # process (cached_heap) and read by the second (_2)
-                if kind.startswith("cached"):
+                if kind in NEW_ON:
+                    folder = NEW_ON[kind]
+                elif kind.startswith("cached"):
                     folder = kind.removesuffix("_2")
                 elif kind.startswith("launch"):
                     folder = "_".join(kind.split("_")[:2])
@@ -319,6 +325,8 @@ def measure(runs=3, progress=None):
               "cold_over_twin": t["heap_cold"] / t["twin"],
               "four_over_one": t["heap4_warm"] / t["heap_warm"],
               "four_over_one_cold": t["heap4_cold"] / t["heap_cold"],
+              "new_kernel_over_twin": t["heap4_new"] / t["twin"],
+              "launch_new_kernel_over_twin": t["launch_heap4_new"] / t["launch_twin"],
               "cached_second_over_twin": t["cached_heap_2"] / t["twin"],
               "cached_second_over_cached_twin": t["cached_heap_2"] / t["cached_twin_2"],
               "launch_warm_over_twin": t["launch_heap_warm"] / t["launch_twin"],
@@ -332,6 +340,7 @@ def section(result, runs):
     m, r = result["median"], result["ratios"]
     names = {"twin": "`cuda.local.array` twin", "heap_cold": "`devalloc.array`, empty cache",
              "heap_warm": "`devalloc.array`, second process",
+             "heap4_new": "four sites, a new kernel in a later process",
              "heap4_cold": "four sites, empty cache", "heap4_warm": "four sites, second process",
              "cached_twin": "twin, `cache=True`, first process",
              "cached_heap": "`devalloc.array`, `cache=True`, first process",
@@ -340,6 +349,7 @@ def section(result, runs):
              "launch_twin": "launch build: twin",
              "launch_heap_cold": "launch build: `devalloc.array`, empty cache",
              "launch_heap_warm": "launch build: `devalloc.array`, second process",
+             "launch_heap4_new": "launch build: four sites, a new kernel in a later process",
              "launch_heap4_cold": "launch build: four sites, empty cache",
              "launch_heap4_warm": "launch build: four sites, second process"}
     rows = [(names[k], f"{m[k]['numba_nvvm_s']:.2f}",
@@ -361,7 +371,9 @@ def section(result, runs):
         "has caches of its own (the second process reads what the first wrote).", "",
         table, "",
         f"Ratios: {verdict}; four sites over one on an empty cache "
-        f"{r['four_over_one_cold']:.2f}; with `@cuda.jit(cache=True)` a second process "
+        f"{r['four_over_one_cold']:.2f}; a new four-site kernel in a later process (the "
+        f"bodies on disk, its own code compiled) {r['new_kernel_over_twin']:.2f}x the twin "
+        f"({r['launch_new_kernel_over_twin']:.2f}x in the launch build); with `@cuda.jit(cache=True)` a second process "
         f"loads the kernel from Numba's cache: {r['cached_second_over_twin']:.2f}x the twin's "
         f"first compile, {r['cached_second_over_cached_twin']:.2f}x the twin's own load. The "
         "`cache=True` and launch rows compile to a cubin with nvJitLink (the first launch's "
@@ -405,7 +417,8 @@ def breakdown_section(rows):
         "every function compiled). On the empty cache the passes run for each of the "
         "allocator's device functions (typing a call to a device function compiles it); "
         "in the second process only for the kernel and the few inline functions between "
-        "it and the allocator (the porting API's `array`, `free`'s NULL test).", "",
+        "it and the allocator (the porting API's `array`, `free`'s NULL test), and NVVM's "
+        "PTX is read from the kernel's cache (devalloc.device.kernelcache).", "",
         markdown_table([("where", "l"), ("empty cache s", "r"), ("second process s", "r")],
                        table), ""])
 
