@@ -393,7 +393,9 @@ def _first_call_result():
     median["cached_heap_2"]["cache_hits"] = 1
     ratios = {"warm_over_twin": 3.0, "cold_over_twin": 3.0, "four_over_one": 1.0,
               "four_over_one_cold": 1.0, "cached_second_over_twin": 3.0,
-              "cached_second_over_cached_twin": 1.0}
+              "cached_second_over_cached_twin": 1.0, "new_kernel_over_twin": 3.0,
+              "launch_new_kernel_over_twin": 3.0, "launch_warm_over_twin": 3.5,
+              "launch_cold_over_twin": 3.0, "launch_four_over_one": 1.0}
     met = {k: ratios[k] <= v for k, v in F.TARGETS.items()}
     return {"runs": [], "median": median, "ratios": ratios, "met": met}
 
@@ -406,6 +408,10 @@ def test_first_call_section_names_each_target_and_whether_it_is_met():
     assert "bench/first_call.py --runs 3 --write" in text
     assert "warm_over_twin 3.00 (target <= 3.0: met)" in text
     assert "four_over_one 1.00 (target <= 1.2: met)" in text
+    # the launch build's targets too, each with its verdict
+    assert "launch_warm_over_twin 3.50 (target <= 3.0: MISSED)" in text
+    assert "launch_four_over_one 1.00 (target <= 1.2: met)" in text
+    assert "| launch build: `devalloc.array`, second process | 1.00 | in total | 1.50 | 3.0 |" in text
     # every kind is a row, with its ratio to the twin
     assert text.count("\n| ") == len(F.KINDS) + 1
     assert "| `devalloc.array`, second process | 1.00 | 0.50 | 1.50 | 3.0 | 100 | 32 |" in text

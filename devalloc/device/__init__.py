@@ -13,7 +13,8 @@ and the porting API (:mod:`.porting`: ``view``, ``array``, ``free_array``,
 :mod:`.debug` (guards and records), :mod:`.observe` (profile and trace),
 :mod:`.kinds` (which path a ctx takes), :mod:`.outline` (one out-of-line
 copy of a body per kernel) and :mod:`.bodies` (those bodies compiled once;
-:mod:`.bodycache` keeps them on disk), :mod:`.blocks` (the porting API's
+:mod:`.bodycache` keeps them on disk; :mod:`.kernelcache` keeps each
+kernel's compiled code there too), :mod:`.blocks` (the porting API's
 pure block arithmetic),
 :mod:`._meta` (helpers every path uses, and the rules
 every device function follows). The host side imports none
@@ -28,7 +29,7 @@ from .porting import (alloc_aligned, array, calloc, free_array, offset_of, reall
 #: The modules of the device package, for the interleaving explorer.
 MODULES = ("_meta", "blocks", "ptx", "warp", "index", "pages", "slab", "core", "debug", "kinds",
            "chunks", "api", "bumpalloc", "scope", "observe", "intrinsics", "porting", "carving",
-           "gather", "outline", "outline_choice", "bodycache", "bodies")
+           "gather", "outline", "outline_choice", "bodycache", "bodies", "kernelcache")
 
 __all__ = ["alloc", "alloc_aligned", "array", "bump", "calloc", "carve", "carve_end", "free",
            "free_array", "mark", "offset_of", "realloc", "realloc_carved", "release", "scoped",
