@@ -217,7 +217,8 @@ def build_parser():
             "later processes type only the kernel's own code and compile nothing they "
             "compiled before. Print where that cache is and what it holds, or remove it "
             "(--clear). The folder is $DEVALLOC_CACHE_DIR, else the user's cache folder; "
-            "DEVALLOC_CACHE=0 turns it off."
+            "DEVALLOC_CACHE=0 turns it off; past DEVALLOC_CACHE_MAX_MB MiB (1024) the "
+            "least recently used entries go."
         ),
         epilog="exit status: 0 done",
     )
@@ -236,12 +237,14 @@ def cache(args):
     removed = bodycache.clear(root) if args.clear else 0
     if args.json:
         print(json.dumps({"folder": str(root), "entries": len(files), "bytes": size,
+                          "limit_bytes": bodycache.max_bytes(),
                           "enabled": bodycache.enabled(), "removed": removed}))
     elif args.clear:
         print(f"removed {removed} entries ({size / 2**20:.1f} MiB) from {root}")
     else:
         state = "" if bodycache.enabled() else f" (off: {bodycache.ENV_SWITCH}=0 is set)"
-        print(f"{root}{state}: {len(files)} entries, {size / 2**20:.1f} MiB")
+        print(f"{root}{state}: {len(files)} entries, {size / 2**20:.1f} MiB "
+              f"(at most {bodycache.max_bytes() / 2**20:.0f} MiB: {bodycache.ENV_MAX})")
     return 0
 
 

@@ -113,6 +113,41 @@ def test_a_folder_that_cannot_be_written_warns_once_and_loses_nothing(tmp_path):
     assert disk.load("k") is None and blocker.read_text().startswith("a file")
 
 
+def test_a_full_cache_loses_its_least_recently_used_entries_first(tmp_path):
+    import zlib
+
+    size = len(zlib.compress(pickle.dumps((repr("k0"), os.urandom(1000)), protocol=5), 6))
+    stale = bodycache.DiskCache(tmp_path, dict(CHAIN, source="old"), limit=10**9)
+    stale.store("old", os.urandom(1000))  # a folder of another devalloc, used by nobody
+    disk = bodycache.DiskCache(tmp_path, CHAIN, limit=10 * size + 64)
+    for i in range(9):
+        disk.store(f"k{i}", os.urandom(1000))
+        os.utime(disk.path(f"k{i}"), (1000 + i, 1000 + i))  # k0 the oldest
+    os.utime(stale.path("old"), (500, 500))
+    assert disk.load("k0") is not None  # used now: the newest
+    assert len(bodycache.entries(tmp_path)) == 10 and disk.trim() == 0  # at the bound
+    disk.store("k9", os.urandom(1000))  # over it: trimmed to 3/4 of it
+    left = bodycache.entries(tmp_path)
+    assert sum(p.stat().st_size for p in left) <= 0.75 * disk.limit
+    assert not stale.path("old").exists()  # the oldest went first
+    assert disk.load("k0") is not None and disk.load("k9") is not None
+    assert disk.load("k1") is None and disk.load("k2") is None  # then the least used
+    assert stale.folder.is_dir()  # (a folder stays: another process may write into it)
+
+
+@pytest.mark.parametrize("value, mb", [(None, bodycache.DEFAULT_MAX_MB), ("", bodycache.DEFAULT_MAX_MB),
+                                       ("64", 64), (" 0.5 ", 0.5)])
+def test_the_cache_bound_is_devalloc_cache_max_mb(value, mb):
+    env = {} if value is None else {"DEVALLOC_CACHE_MAX_MB": value}
+    assert bodycache.max_bytes(env) == int(mb * 2**20)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "lots", "nan"])
+def test_a_bound_that_is_not_a_positive_number_is_refused(value):
+    with pytest.raises(ValueError, match=r"DEVALLOC_CACHE_MAX_MB=.*positive number of MiB"):
+        bodycache.max_bytes({"DEVALLOC_CACHE_MAX_MB": value})
+
+
 def test_clear_removes_devallocs_files_only(tmp_path):
     a = bodycache.DiskCache(tmp_path, CHAIN)
     b = bodycache.DiskCache(tmp_path, dict(CHAIN, source="cd"))

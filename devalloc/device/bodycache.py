@@ -22,6 +22,10 @@ a new folder; an old one is never read again (``python -m devalloc cache
 off, the bodies are compiled once per process. The same folder keeps
 kernels' compiled code (:mod:`devalloc.device.kernelcache`).
 
+Bounded: past ``DEVALLOC_CACHE_MAX_MB`` MiB (:data:`DEFAULT_MAX_MB`) the
+least recently used entries go, every toolchain's (a folder of an older
+devalloc is used by nobody, and goes first).
+
 Safe when several processes fill it at once: an entry is written to a
 temporary file in its folder and renamed over its name (atomic on one file
 system), so a reader sees a whole entry or none; an entry that cannot be
@@ -53,6 +57,13 @@ ENV_DIR = "DEVALLOC_CACHE_DIR"
 #: links, in one kernel, bodies that processes filling one folder at the
 #: same time wrote. Off, the bodies are still compiled once per process.
 ENV_SWITCH = "DEVALLOC_CACHE"
+#: The environment variable that bounds the cache's size on disk, in MiB.
+ENV_MAX = "DEVALLOC_CACHE_MAX_MB"
+#: The bound without it: a kernel's entries take about 300 KB (its PTX,
+#: LTO-IR and cubin), the allocator's bodies about 150 KB each.
+DEFAULT_MAX_MB = 1024
+#: What a full cache is trimmed to (the oldest entries removed first), of the bound.
+TRIM_TO = 0.75
 #: The suffix of an entry's file.
 SUFFIX = ".body"
 #: The format of an entry (part of the toolchain: a new format is a new folder).
@@ -88,6 +99,26 @@ def enabled(environ=None):
     """Return whether compiled code goes to disk: unless ``DEVALLOC_CACHE`` is 0/off/false/no."""
     environ = os.environ if environ is None else environ
     return environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def max_bytes(environ=None):
+    """Return the cache's bound in bytes: ``DEVALLOC_CACHE_MAX_MB`` MiB, else :data:`DEFAULT_MAX_MB`.
+
+    Raises ValueError, naming the variable, for a value that is not a
+    positive number.
+    """
+    environ = os.environ if environ is None else environ
+    text = environ.get(ENV_MAX, "").strip()
+    if not text:
+        return DEFAULT_MAX_MB << 20
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = -1.0
+    if not mb > 0:
+        raise ValueError(f"{ENV_MAX}={text!r}: the cache's bound must be a positive number "
+                         f"of MiB (unset: {DEFAULT_MAX_MB})")
+    return int(mb * 2**20)
 
 
 def toolchain():
@@ -143,8 +174,10 @@ class DiskCache:
     once and the cache stays in memory.
     """
 
-    def __init__(self, root, chain):
-        self.folder = Path(root) / toolchain_key(chain)
+    def __init__(self, root, chain, limit=None):
+        self.root = Path(root)
+        self.folder = self.root / toolchain_key(chain)
+        self.limit = max_bytes() if limit is None else limit
         self.failed = False
 
     def path(self, key):
@@ -158,7 +191,13 @@ class DiskCache:
                 stored_key, value = pickle.loads(zlib.decompress(fh.read()))
         except Exception:  # absent, truncated, another format: a miss
             return None
-        return value if stored_key == repr(key) else None
+        if stored_key != repr(key):
+            return None
+        try:  # (used now: the last to go when the cache is trimmed)
+            os.utime(self.path(key))
+        except OSError:
+            pass
+        return value
 
     def store(self, key, value):
         """Write entry ``key`` atomically (a temporary file renamed over it); return success."""
@@ -172,6 +211,7 @@ class DiskCache:
                 fh.write(zlib.compress(pickle.dumps((repr(key), value),
                                                     protocol=pickle.HIGHEST_PROTOCOL), 6))
             os.replace(tmp, self.path(key))
+            self.trim()
             return True
         except OSError as e:
             self.failed = True
@@ -184,6 +224,45 @@ class DiskCache:
                 except OSError:
                     pass
             return False
+
+    def trim(self):
+        """Remove the least recently used entries (every toolchain's) while the cache is over its bound.
+
+        Bound: :attr:`limit` (:func:`max_bytes`); trimmed to :data:`TRIM_TO`
+        of it. Return the number of entries removed.
+        """
+        try:
+            return _trim(self.root, self.limit)
+        except OSError:  # the folder went away meanwhile: nothing to trim
+            return 0
+
+
+def _trim(root, limit):
+    # The oldest-used entries under root (every toolchain's) removed until
+    # they hold TRIM_TO of limit. Another process may remove the same
+    # files: what is gone is gone.
+    found = []
+    for p in entries(root):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        found.append((st.st_mtime, st.st_size, p))
+    total = sum(size for _, size, _ in found)
+    if total <= limit:
+        return 0
+    removed = 0
+    for _, size, p in sorted(found):
+        if total <= TRIM_TO * limit:
+            break
+        try:
+            p.unlink()
+            removed += 1
+        except OSError:
+            pass
+        total -= size
+    # (folders stay: another process may be about to write into an empty one)
+    return removed
 
 
 def entries(root=None):
