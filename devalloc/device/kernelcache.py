@@ -107,8 +107,9 @@ def _object_code(code, name):
     return ObjectCode.from_cubin(code, name=name)
 
 
-#: A quoted name in LLVM text (not a ``c"..."`` string constant).
-_QUOTED = re.compile(r'(?<![c\w])"([^"\n]*)"')
+#: A quoted name in LLVM text: a global's or a local's (``@"..."``, ``%"..."``)
+#: or a debug record's field (``linkageName: "..."``); never a string constant.
+_QUOTED = re.compile(r'(?:(?<=[@%])|(?<=: ))"([^"\n]*)"')
 #: Numba's per-process numbers in a name: the ABI tag of a mangled name
 #: (``B4v106``) and a module's (``free_array$106``).
 _NUMBER = re.compile(r"B\d+v(\d+)|\$(\d+)$")
