@@ -52,9 +52,9 @@ ENV_DIR = "DEVALLOC_CACHE_DIR"
 #: bodies written by several processes at the same time had failed once in
 #: ptxas ("Unresolved extern function"): Numba's names carry a per-process
 #: counter, so texts of two processes could give one name to two different
-#: functions. Entries read from disk get names of their own
+#: functions. Every entry now gets names of its writer's
 #: (:func:`devalloc.device.bodies.own_names`), and tests/test_bodycache.py
-#: links, in one kernel, bodies that processes filling one folder at the
+#: links, in one kernel, bodies that two processes filling one folder at the
 #: same time wrote. Off, the bodies are still compiled once per process.
 ENV_SWITCH = "DEVALLOC_CACHE"
 #: The environment variable that bounds the cache's size on disk, in MiB.

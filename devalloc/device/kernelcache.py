@@ -11,9 +11,9 @@ for the code libraries that link a body (their text defines a
 
 * ``get_asm_strs`` (NVVM to PTX; what ``cuda.compile_ptx`` returns and
   what numba-cuda compiles when a kernel is built) and ``get_ltoir``
-  (NVVM to LTO-IR) are keyed by the hash of the whole text NVVM is given
-  (its modules, in sorted order: numba-cuda lists a kernel's linked
-  libraries from a set, in an order that changes between processes), the
+  (NVVM to LTO-IR) are keyed by the hash of the whole text NVVM is given,
+  up to Numba's per-process numbers (:func:`canonical`: the same kernel
+  compiled in another process, with its modules in another order), the
   NVVM options and the compute capability;
 * ``get_cubin`` (nvJitLink or the driver's linker, at a first launch) by
   the hash of the PTX or LTO-IR it links, the compute capability, the
@@ -21,10 +21,11 @@ for the code libraries that link a body (their text defines a
   files (``link=``, NRT, cudadevrt) is not cached.
 
 Equal inputs give equal outputs: an entry is the compiler's own output for
-exactly the input of its key (the same modules, perhaps in another order),
-so a hit is what a compilation would have made, in this process or another. The in-memory caches of the library
-(``_ptx_cache``, ``_ltoir_cache``, ``_cubin_cache``) are filled as the
-compilation fills them, so ``@cuda.jit(cache=True)`` pickles the same.
+the input of its key (the same program, its internal functions perhaps
+named otherwise), so a hit is what a compilation would have made, in this
+process or another. The library's in-memory caches (``_ptx_cache``,
+``_ltoir_cache``, ``_cubin_cache``) are filled as the compilation fills
+them, so ``@cuda.jit(cache=True)`` pickles the same.
 Off with the body cache (``DEVALLOC_CACHE=0``), while numba-cuda dumps
 assembly (``NUMBA_DUMP_ASSEMBLY``), and for libraries without a body.
 
@@ -135,11 +136,12 @@ def canonical(strs):
     program with other names for its internal functions (texts that differ
     only in their numbers are ranked after the others, in an order the
     numbers ranked so far decide; where they cannot, two processes may
-    give two texts for one program: a miss, never a wrong hit). ``exported``: the
-    names the text defines for other code to call (a kernel's entry), kept
-    as they are (the loader looks the entry up by name). A body's texts
-    are kept as they are: their names carry their writer's numbers and
-    mark, the same in every process. Comment lines are dropped.
+    give two texts for one program: a miss, never a wrong hit).
+    ``exported``: the names the text defines for other code to call (a
+    kernel's entry), kept as they are (the loader looks the entry up by
+    name). A body's texts are kept as they are: their names carry their
+    writer's numbers and mark, the same in every process. Comment lines
+    are dropped.
     """
     def numbers(t):
         return [m.group(1) or m.group(2) for q in _QUOTED.finditer(t)
@@ -177,8 +179,17 @@ def canonical(strs):
     return "\n".join(out), exported
 
 
+def _canonical_of(lib):
+    # (once per library: its PTX and its LTO-IR are keyed by the same text)
+    known = getattr(lib, "_devalloc_canonical", None)
+    if known is None or known[0] is not lib.llvm_strs:
+        known = (lib.llvm_strs, canonical(lib.llvm_strs))
+        lib._devalloc_canonical = known
+    return known[1]
+
+
 def _ptx_key(lib, cc):
-    text, exported = canonical(lib.llvm_strs)
+    text, exported = _canonical_of(lib)
     return ("ptx", _text_digest([text]), tuple(exported), tuple(cc),
             tuple(sorted((k, repr(v)) for k, v in lib._nvvm_options.items())))
 
