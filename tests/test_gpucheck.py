@@ -229,6 +229,11 @@ def test_latency_summary_names_the_examples_over_two_seconds():
     m["examples"]["b"] = row(1.0)
     text, problems = latency.summary_and_problems(m)
     assert "(target <= 2 s: met)" in text and problems == []
+    # the second process runs the kernel it read from the cache: a wrong offset is a problem
+    m["warm"]["bad"] = 3
+    text, problems = latency.summary_and_problems(m)
+    assert problems == ["one-alloc kernel (warm): 3 of its offsets NULL, outside the arena "
+                        "or misaligned"]
 
 
 def test_latency_report_lists_cold_warm_and_each_example():

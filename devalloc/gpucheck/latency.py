@@ -41,8 +41,11 @@ for _ in range(3):
     one_alloc[1, 256](heap.ctx, sizes, out)
     cuda.synchronize()
     times.append(time.perf_counter() - t0)
+# (a second process runs the cubin it read from the cache: its answers checked too)
+got = out.copy_to_host()
+bad = int(((got == devalloc.NULL) | (got < 0) | (got >= heap.capacity) | (got % 16 != 0)).sum())
 heap.close()
-print(json.dumps({"first_s": times[0], "later_s": statistics.median(times[1:])}))
+print(json.dumps({"first_s": times[0], "later_s": statistics.median(times[1:]), "bad": bad}))
 """
 
 _EXAMPLE = """
@@ -95,4 +98,7 @@ def summary_and_problems(m):
             f"{'met' if not slow else 'missed by ' + ', '.join(sorted(slow))})")
     problems = [f"{n}: first call {s:.2f} s in a second process (target <= "
                 f"{EXAMPLE_WARM_TARGET_S:.0f} s)" for n, s in sorted(slow.items())]
+    problems += [f"one-alloc kernel ({which}): {m[which]['bad']} of its offsets NULL, outside "
+                 "the arena or misaligned" for which in ("cold", "warm")
+                 if m[which].get("bad")]
     return text, problems

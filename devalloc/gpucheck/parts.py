@@ -441,8 +441,11 @@ def latency(mode):
 
     m = lat.measure(EXAMPLES, lat.EXAMPLE_THREADS if mode != "simulate" else 32)
     summary, problems = lat.summary_and_problems(m)
-    # informative: a missed compile-time target is reported, not a failure
-    return result("latency", "info", summary, first_s=m["cold"]["first_s"],
+    # informative: a missed compile-time target is reported, not a failure;
+    # a wrong answer (a kernel run from a cached cubin included) fails
+    wrong = any(m[which].get("bad") for which in ("cold", "warm"))
+    return result("latency", "failed" if wrong else "info", summary,
+                  first_s=m["cold"]["first_s"],
                   warm_s=m["warm"]["first_s"], later_s=m["warm"]["later_s"],
                   examples=m["examples"], problems=problems)
 
