@@ -15,7 +15,8 @@ its own, and compares, in the same run:
 * ``heap x4 cold`` / ``warm``: four arrays (four ``alloc`` and four ``free``
   sites) in one kernel; ``heap4 new``: that kernel in a process after the
   one-site kernel's two (the allocator's bodies on disk, not its own code:
-  what a new or edited kernel costs);
+  what a new or edited kernel costs), and ``heap new`` the one-site kernel
+  after the four-site kernel's two;
 * ``cache=True``: the twin and the heap kernel under ``@cuda.jit(cache=True)``,
   in a first process and in a second one that loads them from Numba's cache;
 * ``launch``: the twin, the heap kernel and the four-site one built the way
@@ -51,12 +52,13 @@ from _results import ROOT, environment, header, markdown_table, write_section
 TARGETS = {"warm_over_twin": 3.0, "cold_over_twin": 6.0, "four_over_one": 1.2,
            "launch_warm_over_twin": 3.0, "launch_cold_over_twin": 6.0,
            "launch_four_over_one": 1.2}
-KINDS = ("twin", "heap_cold", "heap_warm", "heap4_new", "heap4_cold", "heap4_warm",
+KINDS = ("twin", "heap_cold", "heap_warm", "heap4_new", "heap4_cold", "heap4_warm", "heap_new",
          "cached_twin", "cached_heap", "cached_twin_2", "cached_heap_2",
          "launch_twin", "launch_heap_cold", "launch_heap_warm", "launch_heap4_new",
-         "launch_heap4_cold", "launch_heap4_warm")
+         "launch_heap4_cold", "launch_heap4_warm", "launch_heap_new")
 #: Kernels compiled on another kernel's cache (its bodies there, not its own code).
-NEW_ON = {"heap4_new": "heap", "launch_heap4_new": "launch_heap"}
+NEW_ON = {"heap4_new": "heap", "launch_heap4_new": "launch_heap",
+          "heap_new": "heap4", "launch_heap_new": "launch_heap4"}
 #: The processes of --breakdown and --separate, in order, on one cache.
 BREAKDOWN_KINDS = ("breakdown_cold", "breakdown_warm")
 SEPARATE_KINDS = ("heap_cold", "separate_build", "separate_kernel", "heap_warm")
@@ -326,6 +328,8 @@ def measure(runs=3, progress=None):
               "four_over_one": t["heap4_warm"] / t["heap_warm"],
               "four_over_one_cold": t["heap4_cold"] / t["heap_cold"],
               "new_kernel_over_twin": t["heap4_new"] / t["twin"],
+              "four_over_one_new": t["heap4_new"] / t["heap_new"],
+              "launch_four_over_one_new": t["launch_heap4_new"] / t["launch_heap_new"],
               "launch_new_kernel_over_twin": t["launch_heap4_new"] / t["launch_twin"],
               "cached_second_over_twin": t["cached_heap_2"] / t["twin"],
               "cached_second_over_cached_twin": t["cached_heap_2"] / t["cached_twin_2"],
@@ -341,6 +345,7 @@ def section(result, runs):
     names = {"twin": "`cuda.local.array` twin", "heap_cold": "`devalloc.array`, empty cache",
              "heap_warm": "`devalloc.array`, second process",
              "heap4_new": "four sites, a new kernel in a later process",
+             "heap_new": "`devalloc.array`, a new kernel in a later process",
              "heap4_cold": "four sites, empty cache", "heap4_warm": "four sites, second process",
              "cached_twin": "twin, `cache=True`, first process",
              "cached_heap": "`devalloc.array`, `cache=True`, first process",
@@ -350,6 +355,7 @@ def section(result, runs):
              "launch_heap_cold": "launch build: `devalloc.array`, empty cache",
              "launch_heap_warm": "launch build: `devalloc.array`, second process",
              "launch_heap4_new": "launch build: four sites, a new kernel in a later process",
+             "launch_heap_new": "launch build: `devalloc.array`, a new kernel in a later process",
              "launch_heap4_cold": "launch build: four sites, empty cache",
              "launch_heap4_warm": "launch build: four sites, second process"}
     rows = [(names[k], f"{m[k]['numba_nvvm_s']:.2f}",
@@ -373,7 +379,9 @@ def section(result, runs):
         f"Ratios: {verdict}; four sites over one on an empty cache "
         f"{r['four_over_one_cold']:.2f}; a new four-site kernel in a later process (the "
         f"bodies on disk, its own code compiled) {r['new_kernel_over_twin']:.2f}x the twin "
-        f"({r['launch_new_kernel_over_twin']:.2f}x in the launch build); with `@cuda.jit(cache=True)` a second process "
+        f"({r['launch_new_kernel_over_twin']:.2f}x in the launch build), and four sites over "
+        f"one when both are new kernels {r['four_over_one_new']:.2f} "
+        f"({r['launch_four_over_one_new']:.2f}); with `@cuda.jit(cache=True)` a second process "
         f"loads the kernel from Numba's cache: {r['cached_second_over_twin']:.2f}x the twin's "
         f"first compile, {r['cached_second_over_cached_twin']:.2f}x the twin's own load. The "
         "`cache=True` and launch rows compile to a cubin with nvJitLink (the first launch's "
