@@ -151,3 +151,31 @@ def test_a_second_process_links_nothing_and_loads_the_same_cubin(tmp_path):
     second = cuda_target.last_json(LAUNCH, env=env)
     assert second["links"] == 0 and second["nvvm"] == 0
     assert second["hash"] == first["hash"] and second["type"] == first["type"]
+
+
+def test_a_library_without_what_the_cache_reads_is_compiled_as_numba_cuda_would():
+    # (another numba-cuda: no _ltoir_cache, say) the wrappers step aside
+    class Lib:
+        llvm_strs = [KERNEL, BODY]
+
+    lib = Lib()
+    for f in kernelcache.FIELDS:
+        setattr(lib, f, None)
+    assert kernelcache.links_body(lib)
+    del lib._ltoir_cache
+    assert not kernelcache._usable(lib)
+
+
+def test_numba_cudas_code_library_has_what_the_cache_reads():
+    # the installed numba-cuda: every field there, and the compile steps wrapped
+    out = cuda_target.last_json(
+        "import json\n"
+        "import devalloc\n"
+        "from numba.cuda.codegen import CUDACodeLibrary\n"
+        "from numba.cuda.descriptor import cuda_target as t\n"
+        "from devalloc.device import kernelcache as K\n"
+        "lib = CUDACodeLibrary(t.target_context.codegen(), 'x')\n"
+        "print(json.dumps({'missing': [f for f in K.FIELDS if not hasattr(lib, f)],\n"
+        "                  'wrapped': [m for m in ('get_asm_strs', 'get_ltoir', 'get_cubin')\n"
+        "                              if getattr(getattr(CUDACodeLibrary, m), 'devalloc', 0)]}))\n")
+    assert out == {"missing": [], "wrapped": ["get_asm_strs", "get_ltoir", "get_cubin"]}

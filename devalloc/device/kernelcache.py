@@ -66,8 +66,15 @@ def links_body(lib):
     return any(MARK in s for s in strs)
 
 
+#: What the wrappers read of a numba-cuda code library (numba-cuda 0.28 to
+#: 0.30 have them all); a library without one is compiled as numba-cuda would.
+FIELDS = ("_ensure_cc", "_ptx_cache", "_ltoir_cache", "_cubin_cache", "_linkerinfo_cache",
+          "_nvvm_options", "_max_registers", "_lto", "_linking_files", "needs_cudadevrt")
+
+
 def _usable(lib):
-    return not config.DUMP_ASSEMBLY and _disk() is not None and links_body(lib)
+    return (not config.DUMP_ASSEMBLY and all(hasattr(lib, f) for f in FIELDS)
+            and _disk() is not None and links_body(lib))
 
 
 def linker_version():
@@ -218,13 +225,17 @@ def install():
 
     if getattr(CUDACodeLibrary.get_asm_strs, "devalloc", False):
         return
+    if not all(hasattr(CUDACodeLibrary, m) for m in ("get_asm_strs", "get_ltoir", "get_cubin")):
+        return  # (another numba-cuda: its own compile steps, uncached)
     plain_asm = CUDACodeLibrary.get_asm_strs
     plain_ltoir = CUDACodeLibrary.get_ltoir
     plain_cubin = CUDACodeLibrary.get_cubin
 
     def get_asm_strs(self, cc=None):
+        if not _usable(self):
+            return plain_asm(self, cc=cc)
         cc = self._ensure_cc(cc)
-        if cc in self._ptx_cache or not _usable(self):
+        if cc in self._ptx_cache:
             return plain_asm(self, cc=cc)
         key = _ptx_key(self, cc)
         disk = _disk()
@@ -237,8 +248,10 @@ def install():
         return ptxes
 
     def get_ltoir(self, cc=None):
+        if not _usable(self):
+            return plain_ltoir(self, cc=cc)
         cc = self._ensure_cc(cc)
-        if cc in self._ltoir_cache or not _usable(self):
+        if cc in self._ltoir_cache:
             return plain_ltoir(self, cc=cc)
         key = _ltoir_key(self, cc)
         disk = _disk()
@@ -251,9 +264,10 @@ def install():
         return ltoir
 
     def get_cubin(self, cc=None):
+        if not _usable(self):
+            return plain_cubin(self, cc=cc)
         cc = self._ensure_cc(cc)
-        if (cc in self._cubin_cache or self._linking_files or self.needs_cudadevrt
-                or not _usable(self)):
+        if cc in self._cubin_cache or self._linking_files or self.needs_cudadevrt:
             return plain_cubin(self, cc=cc)
         linker = linker_version()
         if linker is None:
