@@ -12,6 +12,7 @@ import pytest
 
 import cuda_target
 from devalloc.device import kernelcache
+from test_bodycache import ONE_SITE  # (the one-site kernel the compile tests share)
 
 KERNEL = '''; ModuleID = "heap$1"
 define void @"_ZN6kernel4heapB2v1B3abcE"(i64 %".1") {
@@ -122,14 +123,7 @@ driver._Linker.complete = lambda self: (links.append(1), plain_complete(self))[1
 plain_compile_ir = nvvm.compile_ir
 nvvm.compile_ir = lambda *a, **k: (calls.append(1), plain_compile_ir(*a, **k))[1]
 
-def one(ctx, counts, out):
-    i = cuda.grid(1)
-    a = devalloc.array(ctx, counts[i], float64)
-    for j in range(a.size):
-        a[j] = j
-    devalloc.free_array(ctx, a)
-    out[i] = a.size
-
+""" + ONE_SITE + """
 kernel = cuda.jit(one)
 sig = (devalloc.ctx_type, types.int64[::1], types.float64[::1])
 with aot.assume_device((9, 0)):

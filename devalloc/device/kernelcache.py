@@ -231,37 +231,27 @@ def install():
     plain_ltoir = CUDACodeLibrary.get_ltoir
     plain_cubin = CUDACodeLibrary.get_cubin
 
-    def get_asm_strs(self, cc=None):
-        if not _usable(self):
-            return plain_asm(self, cc=cc)
-        cc = self._ensure_cc(cc)
-        if cc in self._ptx_cache:
-            return plain_asm(self, cc=cc)
-        key = _ptx_key(self, cc)
-        disk = _disk()
-        hit = disk.load(key)
-        if hit is not None:
-            self._ptx_cache[cc] = hit
-            return hit
-        ptxes = plain_asm(self, cc=cc)
-        disk.store(key, list(ptxes))
-        return ptxes
+    def nvvm_step(plain, memo, key_of, kept):
+        # NVVM's step `plain` (to PTX or to LTO-IR) looked up on disk first;
+        # memo: the library's in-memory cache of it; kept: what is stored.
+        def step(self, cc=None):
+            if not _usable(self):
+                return plain(self, cc=cc)
+            cc = self._ensure_cc(cc)
+            if cc in getattr(self, memo):
+                return plain(self, cc=cc)
+            key, disk = key_of(self, cc), _disk()
+            hit = disk.load(key)
+            if hit is not None:
+                getattr(self, memo)[cc] = hit
+                return hit
+            made = plain(self, cc=cc)
+            disk.store(key, kept(made))
+            return made
+        return step
 
-    def get_ltoir(self, cc=None):
-        if not _usable(self):
-            return plain_ltoir(self, cc=cc)
-        cc = self._ensure_cc(cc)
-        if cc in self._ltoir_cache:
-            return plain_ltoir(self, cc=cc)
-        key = _ltoir_key(self, cc)
-        disk = _disk()
-        hit = disk.load(key)
-        if hit is not None:
-            self._ltoir_cache[cc] = hit
-            return hit
-        ltoir = plain_ltoir(self, cc=cc)
-        disk.store(key, bytes(ltoir))
-        return ltoir
+    get_asm_strs = nvvm_step(plain_asm, "_ptx_cache", _ptx_key, list)
+    get_ltoir = nvvm_step(plain_ltoir, "_ltoir_cache", _ltoir_key, bytes)
 
     def get_cubin(self, cc=None):
         if not _usable(self):
