@@ -3,7 +3,7 @@
 ``twin`` fills a per-thread ``cuda.local.array(64, float64)`` with
 ``counts[i]`` values and sums them; ``heap`` does the same in a
 ``devalloc.array`` (one ``alloc`` and one ``free`` site); ``heap4`` in four
-arrays (four sites each).
+arrays (four sites each), and ``twin4`` its twin on four local arrays.
 """
 
 from numba import cuda, float64
@@ -66,4 +66,28 @@ def heap4(ctx, counts, out):
     out[i] = s
 
 
-KERNELS = {"twin": twin, "heap": heap, "heap4": heap4}
+def twin4(ctx, counts, out):
+    # heap4's twin: four cuda.local.array, the same loops
+    i = cuda.grid(1)
+    if i >= counts.size:
+        return
+    n = counts[i]
+    a = cuda.local.array(64, float64)
+    b = cuda.local.array(65, float64)
+    c = cuda.local.array(128, float64)
+    d = cuda.local.array(67, float64)
+    s = 0.0
+    for j in range(n):
+        a[j] = j * 0.5
+    for j in range(n + 1):
+        b[j] = j * 0.25
+    for j in range(2 * n):
+        c[j] = j * 0.125
+    for j in range(n + 3):
+        d[j] = j * 2.0
+    for j in range(n):
+        s += a[j] + b[j] + c[j] + d[j]
+    out[i] = s
+
+
+KERNELS = {"twin": twin, "heap": heap, "heap4": heap4, "twin4": twin4}

@@ -8,7 +8,8 @@ GPU (``cuda.compile_ptx``, then ``ptxas``), each compilation in a process of
 its own, and compares, in the same run:
 
 * ``twin``: a kernel that fills a per-thread ``cuda.local.array(64, float64)``
-  with ``counts[i]`` values and sums them;
+  with ``counts[i]`` values and sums them (``twin4``: four such arrays, the
+  four-site kernel's twin);
 * ``heap cold``: the same kernel on ``devalloc.array`` / ``free_array``, in
   a process whose body cache is empty (a new folder);
 * ``heap warm``: the same in a second process on the folder the first filled;
@@ -52,9 +53,9 @@ from _results import ROOT, environment, header, markdown_table, write_section
 TARGETS = {"warm_over_twin": 3.0, "cold_over_twin": 6.0, "four_over_one": 1.2,
            "launch_warm_over_twin": 3.0, "launch_cold_over_twin": 6.0,
            "launch_four_over_one": 1.2}
-KINDS = ("twin", "heap_cold", "heap_warm", "heap4_new", "heap4_cold", "heap4_warm", "heap_new",
+KINDS = ("twin", "twin4", "heap_cold", "heap_warm", "heap4_new", "heap4_cold", "heap4_warm", "heap_new",
          "cached_twin", "cached_heap", "cached_twin_2", "cached_heap_2",
-         "launch_twin", "launch_heap_cold", "launch_heap_warm", "launch_heap4_new",
+         "launch_twin", "launch_twin4", "launch_heap_cold", "launch_heap_warm", "launch_heap4_new",
          "launch_heap4_cold", "launch_heap4_warm", "launch_heap_new")
 #: Kernels compiled on another kernel's cache (its bodies there, not its own code).
 NEW_ON = {"heap4_new": "heap", "launch_heap4_new": "launch_heap",
@@ -329,6 +330,8 @@ def measure(runs=3, progress=None):
               "four_over_one_cold": t["heap4_cold"] / t["heap_cold"],
               "new_kernel_over_twin": t["heap4_new"] / t["twin"],
               "four_over_one_new": t["heap4_new"] / t["heap_new"],
+              "twin_four_over_one": t["twin4"] / t["twin"],
+              "launch_twin_four_over_one": t["launch_twin4"] / t["launch_twin"],
               "launch_four_over_one_new": t["launch_heap4_new"] / t["launch_heap_new"],
               "launch_new_kernel_over_twin": t["launch_heap4_new"] / t["launch_twin"],
               "cached_second_over_twin": t["cached_heap_2"] / t["twin"],
@@ -342,7 +345,8 @@ def measure(runs=3, progress=None):
 
 def section(result, runs):
     m, r = result["median"], result["ratios"]
-    names = {"twin": "`cuda.local.array` twin", "heap_cold": "`devalloc.array`, empty cache",
+    names = {"twin": "`cuda.local.array` twin", "twin4": "four sites' twin (four local arrays)",
+             "launch_twin4": "launch build: four sites' twin", "heap_cold": "`devalloc.array`, empty cache",
              "heap_warm": "`devalloc.array`, second process",
              "heap4_new": "four sites, a new kernel in a later process",
              "heap_new": "`devalloc.array`, a new kernel in a later process",
@@ -381,7 +385,8 @@ def section(result, runs):
         f"bodies on disk, its own code compiled) {r['new_kernel_over_twin']:.2f}x the twin "
         f"({r['launch_new_kernel_over_twin']:.2f}x in the launch build), and four sites over "
         f"one when both are new kernels {r['four_over_one_new']:.2f} "
-        f"({r['launch_four_over_one_new']:.2f}); with `@cuda.jit(cache=True)` a second process "
+        f"({r['launch_four_over_one_new']:.2f}), where the twins' four arrays take "
+        f"{r['twin_four_over_one']:.2f}x their one ({r['launch_twin_four_over_one']:.2f}x); with `@cuda.jit(cache=True)` a second process "
         f"loads the kernel from Numba's cache: {r['cached_second_over_twin']:.2f}x the twin's "
         f"first compile, {r['cached_second_over_cached_twin']:.2f}x the twin's own load. The "
         "`cache=True` and launch rows compile to a cubin with nvJitLink (the first launch's "

@@ -396,7 +396,8 @@ def _first_call_result():
               "cached_second_over_cached_twin": 1.0, "new_kernel_over_twin": 3.0,
               "launch_new_kernel_over_twin": 3.0, "launch_warm_over_twin": 3.5,
               "launch_cold_over_twin": 3.0, "launch_four_over_one": 1.0,
-              "four_over_one_new": 1.1, "launch_four_over_one_new": 1.1}
+              "four_over_one_new": 1.1, "launch_four_over_one_new": 1.1,
+              "twin_four_over_one": 1.1, "launch_twin_four_over_one": 1.1}
     met = {k: ratios[k] <= v for k, v in F.TARGETS.items()}
     return {"runs": [], "median": median, "ratios": ratios, "met": met}
 
