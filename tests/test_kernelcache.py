@@ -83,6 +83,34 @@ def test_another_program_has_another_key():
     assert key[1] == ["_ZN6kernel4heapB2v1B3abcE"]
 
 
+def _lambdas(first, second):
+    # two functions of one name (two lambdas a factory made), told apart by
+    # their numbers only; the kernel calls `first` then `second`
+    kernel = f'''define void @"_ZN6kernel1kB2v1E"(i64 %".1") {{
+  %".2" = call i64 @"_ZN4free8lambdaB2v{first}E"(i64 %".1")
+  %".3" = call i64 @"_ZN4free8lambdaB2v{second}E"(i64 %".2")
+  ret void
+}}
+'''
+    lam = '''define linkonce_odr i64 @"_ZN4free8lambdaB2v{n}E"(i64 %".1") {{
+  %".2" = add i64 %".1", {k}
+  ret i64 %".2"
+}}
+'''
+    return [kernel, lam.format(n=5, k=1), lam.format(n=6, k=2)]
+
+
+def test_functions_told_apart_only_by_their_numbers_keep_their_order():
+    # add 1 then 2, or 2 then 1: the same result, but not the same program
+    # text; the numbers alone say which lambda is called first
+    one_then_two = kernelcache.canonical(_lambdas(5, 6))
+    assert kernelcache.canonical(_lambdas(6, 5)) != one_then_two
+    # the same program numbered otherwise (5, 6 -> 8, 7) keeps its key
+    renumbered = [t.replace("v5E", "vAE").replace("v6E", "v7E").replace("vAE", "v8E")
+                  for t in _lambdas(5, 6)]
+    assert kernelcache.canonical(renumbered) == one_then_two
+
+
 def test_comments_are_not_part_of_the_key():
     texts = [KERNEL, FREE, ARRAY, BODY]
     assert kernelcache.canonical([t.replace("; ModuleID", "; Module") for t in texts]) == \
